@@ -1,0 +1,117 @@
+"""Sizes in bytes: parse what a user types, and print bytes the way PyTorch does.
+
+Accepted sizes (:func:`parse_size`):
+
+- a positive ``int`` of bytes: ``40_000``;
+- a string with a unit: ``"512 MiB"``, ``"1.5GB"``, ``"4096 B"``, ``"2 gib"``. Binary units
+  (``KiB MiB GiB TiB``) are powers of 1024, decimal units (``KB MB GB TB``) powers of 1000; the
+  unit is case-insensitive. A bare number in a string is bytes.
+
+Anything else — zero, negative, NaN, infinite, a float, a fraction of a byte, an unknown unit —
+raises :class:`SizeError` (a ``ValueError``) whose message says what was wrong.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from numbers import Integral
+
+__all__ = ["MAX_BYTES", "SizeError", "format_bytes", "format_size", "parse_size"]
+
+MAX_BYTES = (1 << 63) - 1  # a size must fit in int64, as it does for torch
+
+_UNITS = {
+    "b": 1, "byte": 1, "bytes": 1,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+}  # fmt: skip
+_SIZE_RE = re.compile(r"^\s*([0-9][0-9_]*(?:\.[0-9]+)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?\s*([A-Za-z]*)\s*$")
+
+
+class SizeError(ValueError):
+    """A size that is not a positive whole number of bytes, or has an unknown unit."""
+
+
+def parse_size(size: int | str) -> int:
+    """Return ``size`` as a positive whole number of bytes.
+
+    Args:
+        size: bytes as an ``int``, or a string such as ``"512 MiB"`` or ``"1.5GB"``.
+
+    Raises:
+        SizeError: zero, negative, non-integer, NaN, unknown unit, or more than ``MAX_BYTES``.
+    """
+    if isinstance(size, bool):
+        raise SizeError(f"size must be a number of bytes or a string like '512 MiB', not {size!r}")
+    if isinstance(size, Integral):
+        nbytes = int(size)
+    elif isinstance(size, str):
+        nbytes = _parse_size_string(size)
+    elif isinstance(size, float):
+        if math.isnan(size) or math.isinf(size):
+            raise SizeError(f"size must be a finite number of bytes, not {size!r}")
+        raise SizeError(
+            f"size {size!r} is a float; give whole bytes as an int, or a string with a unit like '1.5 GiB'"
+        )
+    else:
+        raise SizeError(f"size must be an int of bytes or a string like '512 MiB', not {type(size).__name__}")
+    if nbytes <= 0:
+        raise SizeError(f"size must be positive, got {nbytes} bytes")
+    if nbytes > MAX_BYTES:
+        raise SizeError(f"size {nbytes} bytes does not fit in int64 (max {MAX_BYTES})")
+    return nbytes
+
+
+def _parse_size_string(text: str) -> int:
+    match = _SIZE_RE.match(text)
+    if match is None:
+        raise SizeError(f"cannot read {text!r} as a size; write e.g. '512 MiB', '1.5GB' or '40000'")
+    number, exponent, unit = match.groups()
+    unit_key = unit.lower() or "b"
+    if unit_key not in _UNITS:
+        known = "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB"
+        raise SizeError(f"unknown unit {unit!r} in {text!r}; known units: {known}")
+    # Exact decimal arithmetic: "1.5GB" is exactly 1_500_000_000 bytes.
+    whole, _, frac = number.replace("_", "").partition(".")
+    numerator = int(whole or "0") * 10 ** len(frac) + int(frac or "0")
+    denominator = 10 ** len(frac)
+    power = int(exponent or "0")
+    if power > 30 or power < -30:
+        raise SizeError(f"exponent out of range in {text!r}")
+    if power >= 0:
+        numerator *= 10**power
+    else:
+        denominator *= 10**-power
+    numerator *= _UNITS[unit_key]
+    if numerator % denominator:
+        raise SizeError(f"{text!r} is not a whole number of bytes")
+    return numerator // denominator
+
+
+def format_size(nbytes: int) -> str:
+    """Bytes as PyTorch's OOM message prints them (``format_size`` in CUDACachingAllocator.cpp).
+
+    ``<= 1024`` prints as ``"N bytes"``, then KiB, MiB, GiB with two decimals; each boundary is
+    inclusive, so 1 MiB prints as ``"1024.00 KiB"``.
+    """
+    if nbytes <= 1024:
+        return f"{nbytes} bytes"
+    if nbytes <= 1048576:
+        return f"{nbytes / 1024:.2f} KiB"
+    if nbytes <= 1073741824:
+        return f"{nbytes / 1048576:.2f} MiB"
+    return f"{nbytes / 1073741824:.2f} GiB"
+
+
+def format_bytes(nbytes: int) -> str:
+    """Bytes for people: the largest binary unit that keeps the number at or above 1.
+
+    ``format_bytes(134217728) == "128.00 MiB"``; ``format_bytes(512) == "512 B"``.
+    """
+    sign = "-" if nbytes < 0 else ""
+    value = abs(nbytes)
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if value >= scale:
+            return f"{sign}{value / scale:.2f} {unit}"
+    return f"{sign}{value} B"
