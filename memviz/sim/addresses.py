@@ -1,0 +1,119 @@
+"""A model of how the CUDA driver assigns device virtual addresses.
+
+Byte stats never depend on addresses, but layouts do: the allocator breaks ties between
+equal-size free blocks by the lowest address, so the order in which the driver places segments
+decides which block a request splits. The rules below were read off the ``segment_alloc`` events
+recorded on an H200 (driver 580, CUDA 13; see tests/data/golden):
+
+- ``cudaMalloc`` works in 32 MiB-aligned chunks of virtual address space (``CHUNK``) handed out
+  top-down: every new chunk sits below the ones already in use.
+- A request of less than one chunk goes to the lowest free address of a chunk already holding
+  smaller allocations when one has room (small segments pack upward inside a chunk); otherwise it
+  opens the highest free chunk and starts at its bottom.
+- A request of a chunk or more is placed as high as possible, its start aligned down to a chunk.
+- Expandable segments reserve their (very large) address ranges bottom-up from ``RESERVE_BASE``,
+  each aligned to a chunk, reusing the lowest gap that fits.
+
+Exact driver values are not reproducible (they depend on everything else the process mapped), so
+the addresses are a model; what the simulator relies on is their relative order.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right, insort
+
+__all__ = ["AddressSpace"]
+
+CHUNK = 32 << 20  # bytes: the driver's VA chunk granularity observed for cudaMalloc
+MALLOC_TOP = 0x7FE000000000  # first byte above the cudaMalloc region (a typical x86-64 CUDA VA)
+MALLOC_BOTTOM = 0x7F0000000000  # lowest address the cudaMalloc model hands out
+RESERVE_BASE = 0x302000000  # where cuMemAddressReserve ranges start (observed)
+
+
+class AddressSpace:
+    """Hands out and takes back device addresses for segments.
+
+    ``malloc(size)`` / ``free(ptr)`` model ``cudaMalloc`` / ``cudaFree``; ``reserve(size)`` /
+    ``unreserve(ptr)`` model ``cuMemAddressReserve`` / ``cuMemAddressFree`` for expandable segments.
+    Runtime complexity: O(number of live segments) per call.
+    """
+
+    def __init__(self) -> None:
+        self._live: dict[int, int] = {}  # ptr -> size of cudaMalloc ranges
+        self._starts: list[int] = []  # sorted starts of live cudaMalloc ranges
+        self._reserved: dict[int, int] = {}  # ptr -> size of reserved VA ranges
+
+    def _is_free(self, lo: int, hi: int) -> bool:
+        starts = self._starts
+        i = bisect_right(starts, lo)
+        if i and starts[i - 1] + self._live[starts[i - 1]] > lo:
+            return False
+        return not (i < len(starts) and starts[i] < hi)
+
+    def malloc(self, size: int) -> int:
+        """Return the address ``cudaMalloc(size)`` would give (size in bytes, a multiple of 2 MiB)."""
+        if size < CHUNK:
+            ptr = self._pack_small(size)
+        else:
+            ptr = self._place_high(size)
+        self._live[ptr] = size
+        insort(self._starts, ptr)
+        return ptr
+
+    def _pack_small(self, size: int) -> int:
+        # chunks already holding small allocations, lowest address first
+        starts = self._starts
+        seen = set()
+        for s in starts:
+            n = self._live[s]
+            if n >= CHUNK:
+                continue
+            base = s - s % CHUNK
+            if base in seen:
+                continue
+            seen.add(base)
+            pos = base
+            end = base + CHUNK
+            for t in starts[bisect_right(starts, base - 1):]:
+                if t >= end:
+                    break
+                if t - pos >= size:
+                    return pos
+                pos = max(pos, t + self._live[t])
+            if end - pos >= size and self._is_free(pos, pos + size):
+                return pos
+        base = MALLOC_TOP - CHUNK
+        while not self._is_free(base, base + CHUNK):
+            base -= CHUNK
+        return base
+
+    def _place_high(self, size: int) -> int:
+        starts = self._starts
+        live = self._live
+        top = MALLOC_TOP
+        while True:
+            start = (top - size) // CHUNK * CHUNK
+            i = bisect_left(starts, start + size) - 1  # highest live range starting below the end
+            if i < 0 or starts[i] + live[starts[i]] <= start:
+                return start
+            top = starts[i]
+
+    def free(self, ptr: int) -> None:
+        """Give back the range that ``malloc`` returned at ``ptr``."""
+        del self._live[ptr]
+        starts = self._starts
+        del starts[bisect_right(starts, ptr) - 1]
+
+    def reserve(self, size: int) -> int:
+        """Return the base of a new reserved VA range of ``size`` bytes (lowest chunk-aligned gap)."""
+        ptr = RESERVE_BASE
+        for start in sorted(self._reserved):
+            if start - ptr >= size:
+                break
+            ptr = max(ptr, -(-(start + self._reserved[start]) // CHUNK) * CHUNK)
+        self._reserved[ptr] = size
+        return ptr
+
+    def unreserve(self, ptr: int) -> None:
+        """Release a range returned by ``reserve``."""
+        del self._reserved[ptr]

@@ -1,0 +1,898 @@
+"""The caching allocator: ``DeviceCachingAllocator`` of c10/cuda/CUDACachingAllocator.cpp, in Python.
+
+Function names and the split between them follow the C++ (torch 2.11), so the two can be read side
+by side: ``malloc`` → ``round_size``, ``get_pool``, ``get_allocation_size``, ``get_free_block``,
+``alloc_block``, ``release_available_cached_blocks``, ``release_cached_blocks``, ``should_split``,
+``alloc_found_block``; ``free`` → ``free_block`` → ``try_merge_blocks``; ``empty_cache`` →
+``release_cached_blocks`` → ``release_blocks`` → ``release_block``. One device, one stream.
+
+Hot paths inline ``increase_stat`` / ``decrease_stat`` (see :mod:`memviz.sim.stats`) and alias
+attributes to locals; everything else calls them.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable
+from typing import Any
+
+from .addresses import AddressSpace
+from .blocks import ADDR_BITS, Block, BlockPool, Segment
+from .config import AllocatorConfig, parse_alloc_conf
+from .constants import (
+    MIN_BLOCK_SIZE,
+    MIN_LARGE_ALLOC,
+    ONE_EXA_BYTES,
+    ROUND_LARGE,
+    SIZE_MAX,
+    SMALL_BUFFER,
+    SMALL_SIZE,
+)
+from .errors import InvalidFreeError, OutOfMemoryError
+from .stats import AGGREGATE, LARGE_POOL, SMALL_POOL, DeviceStats, decrease_stat, increase_stat
+
+__all__ = ["CachingAllocator"]
+
+_SIZE_SHIFT = ADDR_BITS
+
+
+class _AllocParams:
+    """Per-call state of one ``malloc`` (``AllocParams``): sizes in bytes."""
+
+    __slots__ = ("alloc_size", "block", "pool", "size")
+
+    def __init__(self, size: int, pool: BlockPool, alloc_size: int) -> None:
+        self.size = size
+        self.pool = pool
+        self.alloc_size = alloc_size
+        self.block: Block | None = None
+
+
+def format_size(size: int) -> str:
+    """Format a byte count the way the allocator's OOM message does (``format_size`` in the C++)."""
+    if size <= 1024:
+        return f"{size} bytes"
+    if size <= 1048576:
+        return f"{size / 1024.0:.2f} KiB"
+    if size <= 1073741824:
+        return f"{size / 1048576.0:.2f} MiB"
+    return f"{size / 1073741824.0:.2f} GiB"
+
+
+class CachingAllocator:
+    """A pure-Python replica of PyTorch's CUDA caching allocator (native backend) for one device.
+
+    Args:
+        total_memory: the device's capacity in bytes (``totalGlobalMem``).
+        memory_fraction: per-process memory fraction in [0, 1] (default: None, no limit; 1.0 also
+            means no limit). Overrides ``per_process_memory_fraction`` from ``alloc_conf``.
+        alloc_conf: a ``PYTORCH_CUDA_ALLOC_CONF`` string (default: "", torch's defaults).
+        context_bytes: bytes held on the device outside the cache (CUDA context, other processes);
+            they lower what ``cudaMalloc`` can get (default: 0).
+        device_name: how the OOM message names the device (default: "GPU 0").
+        record_history: keep a trace of allocator events for ``snapshot()["device_traces"]``
+            (default: True).
+        clock: returns the ``time_us`` of trace entries (default: None, entries are numbered 0, 1, ...
+            so that traces are deterministic).
+
+    Raises:
+        AllocatorConfigError: ``alloc_conf`` is malformed or names an unknown option.
+        ValueError: ``total_memory`` or ``memory_fraction`` out of range.
+
+    Example::
+
+        >>> a = CachingAllocator(16 << 30)
+        >>> p = a.malloc(4 << 20)
+        >>> a.memory_reserved(), a.memory_allocated()
+        (20971520, 4194304)
+    """
+
+    def __init__(self, total_memory: int, memory_fraction: float | None = None, alloc_conf: str = "", *,
+                 context_bytes: int = 0, device_name: str = "GPU 0", record_history: bool = True,
+                 clock: Callable[[], int] | None = None) -> None:
+        if not isinstance(total_memory, int) or isinstance(total_memory, bool) or total_memory <= 0:
+            raise ValueError(f"total_memory must be a positive int (bytes), got {total_memory!r}")
+        if not isinstance(context_bytes, int) or not 0 <= context_bytes <= total_memory:
+            raise ValueError(f"context_bytes must be an int in [0, total_memory], got {context_bytes!r}")
+        self.config: AllocatorConfig = parse_alloc_conf(alloc_conf)
+        cfg = self.config
+        self.total_memory = total_memory
+        self.context_bytes = context_bytes
+        self.device_name = device_name
+        self.record_history = record_history
+        self._clock = clock
+        self._trace: list[tuple] = []
+        self._address_space = AddressSpace()
+        self.stats = DeviceStats(cfg.max_split_size)
+        self.small_blocks = BlockPool(True, SMALL_POOL)
+        self.large_blocks = BlockPool(False, LARGE_POOL)
+        self._active_blocks: dict[int, Block] = {}  # ptr -> allocated block
+        self._segments: dict[int, Segment] = {}  # base ptr -> segment
+        self.total_allocated_memory = 0  # bytes obtained from the driver (== reserved_bytes.all.current)
+        self._max_split_size = cfg.max_split_size
+        self._max_non_split_rounding_size = cfg.max_non_split_rounding_size
+        self._large_segment_size = cfg.large_segment_size
+        self._expandable = cfg.expandable_segments
+        self._divisions = cfg.roundup_power2_divisions if any(cfg.roundup_power2_divisions) else None
+        self.allowed_memory_bytes: int | None = None
+        self._gc_active = False
+        fraction = memory_fraction if memory_fraction is not None else cfg.per_process_memory_fraction
+        if fraction is not None:
+            self.set_memory_fraction(fraction)
+
+    # ------------------------------------------------------------------ settings and simple queries
+
+    def set_memory_fraction(self, fraction: float) -> None:
+        """Limit the bytes this allocator may reserve to ``floor(fraction * total_memory)``.
+
+        ``torch.cuda.set_per_process_memory_fraction``. A fraction of 1 removes the limit.
+
+        Raises:
+            ValueError: ``fraction`` is not a number in [0, 1].
+        """
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
+            raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+        if fraction == 1:
+            self.allowed_memory_bytes = None
+        else:
+            self.allowed_memory_bytes = int(float(fraction) * float(self.total_memory))
+        self._gc_active = (self.allowed_memory_bytes is not None
+                           and self.config.garbage_collection_threshold > 0.0)
+
+    def memory_allocated(self) -> int:
+        """Return the bytes occupied by live allocations (``allocated_bytes.all.current``)."""
+        return self.stats.allocated_bytes[AGGREGATE][0]
+
+    def memory_reserved(self) -> int:
+        """Return the bytes held from the driver, cached or not (``reserved_bytes.all.current``)."""
+        return self.stats.reserved_bytes[AGGREGATE][0]
+
+    def max_memory_allocated(self) -> int:
+        """Return the peak of ``memory_allocated()`` in bytes since the last peak reset."""
+        return self.stats.allocated_bytes[AGGREGATE][1]
+
+    def max_memory_reserved(self) -> int:
+        """Return the peak of ``memory_reserved()`` in bytes since the last peak reset."""
+        return self.stats.reserved_bytes[AGGREGATE][1]
+
+    def device_free_bytes(self) -> int:
+        """Return what ``cudaMemGetInfo`` would report free: total - context - reserved bytes."""
+        return self.total_memory - self.context_bytes - self.total_allocated_memory
+
+    def requested_size(self, ptr: int) -> int:
+        """Return the unrounded size in bytes requested for the live allocation at ``ptr``.
+
+        Raises:
+            InvalidFreeError: ``ptr`` is not a live allocation.
+        """
+        block = self._active_blocks.get(ptr)
+        if block is None:
+            raise InvalidFreeError(f"no live allocation at address {ptr:#x}")
+        return block.requested_size
+
+    def block_size(self, ptr: int) -> int:
+        """Return the rounded size in bytes of the block holding the live allocation at ``ptr``."""
+        block = self._active_blocks.get(ptr)
+        if block is None:
+            raise InvalidFreeError(f"no live allocation at address {ptr:#x}")
+        return block.size
+
+    def reset_peak_memory_stats(self) -> None:
+        """Set every stat's peak to its current value (``torch.cuda.reset_peak_memory_stats``)."""
+        self.stats.reset_peak()
+
+    def reset_accumulated_memory_stats(self) -> None:
+        """Zero the allocated/freed totals and event counters (``reset_accumulated_memory_stats``)."""
+        self.stats.reset_accumulated()
+
+    def memory_stats(self) -> dict[str, int]:
+        """Return the flat dict of allocator statistics ``torch.cuda.memory_stats()`` returns.
+
+        Keys (122, sorted): ``"{stat}.{pool}.{metric}"`` with stat in ``active, active_bytes,
+        allocated_bytes, allocation, inactive_split, inactive_split_bytes, requested_bytes,
+        reserved_bytes, segment``, pool in ``all, large_pool, small_pool`` and metric in
+        ``allocated, current, freed, peak``; ``oversize_allocations.{metric}``,
+        ``oversize_segments.{metric}``; and ``max_split_size`` (-1 when unlimited),
+        ``num_alloc_retries``, ``num_device_alloc``, ``num_device_free``, ``num_ooms``,
+        ``num_sync_all_streams``. Byte stats are in bytes, the others are counts.
+        """
+        return self.stats.as_dict()
+
+    # ------------------------------------------------------------------ trace
+
+    def _record(self, action: str, addr: int, size: int) -> None:
+        clock = self._clock
+        self._trace.append((action, addr, size) if clock is None else (action, addr, size, clock()))
+
+    # ------------------------------------------------------------------ sizes
+
+    def round_size(self, size: int) -> int:
+        """Return the block size in bytes for a request of ``size`` bytes (``round_size``)."""
+        if size < MIN_BLOCK_SIZE:
+            return MIN_BLOCK_SIZE
+        if self._divisions is not None:
+            divisions = self.config.divisions_for(size)
+            if divisions > 1 and size > MIN_BLOCK_SIZE * divisions:
+                return _roundup_power2_next_division(size, divisions)
+        return -(-size // MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
+
+    def get_pool(self, size: int) -> BlockPool:
+        """Return the pool for a rounded size: small if ``size <= 1 MiB``, else large (``get_pool``)."""
+        return self.small_blocks if size <= SMALL_SIZE else self.large_blocks
+
+    def get_allocation_size(self, size: int) -> int:
+        """Return the segment size in bytes ``cudaMalloc`` gets for a rounded size (``get_allocation_size``)."""
+        if size <= SMALL_SIZE:
+            return SMALL_BUFFER
+        if size < MIN_LARGE_ALLOC:
+            return self._large_segment_size
+        return -(-size // ROUND_LARGE) * ROUND_LARGE
+
+    # ------------------------------------------------------------------ malloc
+
+    def malloc(self, size: int) -> int:
+        """Allocate ``size`` bytes and return the block's address (``DeviceCachingAllocator::malloc``).
+
+        ``malloc(0)`` returns 0 (a null pointer, as ``caching_allocator_alloc(0)`` does) and changes
+        nothing: a 0-byte tensor never reaches the allocator.
+
+        Raises:
+            TypeError: ``size`` is not an int.
+            ValueError: ``size`` is negative.
+            OutOfMemoryError: no cached block fits and the driver (or the memory fraction) refuses a
+                new segment, even after releasing every cached segment. Requests of 2**60 bytes or
+                more fail before the allocator runs and change no stats.
+
+        Runtime complexity: O(log n) search plus O(n) list insert for n free blocks in the pool.
+        """
+        if type(size) is not int:
+            if isinstance(size, bool) or not isinstance(size, int):
+                raise TypeError(f"malloc size must be an int (bytes), not {type(size).__name__}")
+            size = int(size)
+        if size <= 0:
+            if size == 0:
+                return 0
+            raise ValueError(f"malloc size must be >= 0 bytes, got {size}")
+        if size >= ONE_EXA_BYTES:
+            raise OutOfMemoryError("CUDA out of memory. Tried to allocate more than 1EB memory.",
+                                   requested_bytes=size)
+        rounded = self.round_size(size)
+        pool = self.small_blocks if rounded <= SMALL_SIZE else self.large_blocks
+        p = _AllocParams(rounded, pool, self.get_allocation_size(rounded))
+        if not self.get_free_block(p):
+            if self._gc_active:
+                self.garbage_collect_cached_blocks()
+            if not (self.alloc_block(p, False)
+                    or (self.release_available_cached_blocks(p) and self.alloc_block(p, False))
+                    or (self.release_cached_blocks() and self.alloc_block(p, True))):
+                self._raise_oom(p, size)
+        return self.alloc_found_block(p, size, self.should_split(p.block, rounded))
+
+    def get_free_block(self, p: _AllocParams) -> bool:
+        """Take the best-fitting cached block for ``p`` out of its pool (``get_free_block``).
+
+        Best fit is the smallest free block with ``size >= p.size``, lowest address first, subject
+        to the oversize rules of ``max_split_size``. Sets ``p.block``; returns whether one was found.
+        """
+        pool = p.pool
+        if self._gc_active:
+            pool.get_free_blocks_call_count += 1
+        keys = pool.keys
+        size = p.size
+        i = bisect_left(keys, size << _SIZE_SHIFT)
+        n = len(keys)
+        if i == n:
+            return False
+        by_key = pool.by_key
+        block = by_key[keys[i]]
+        if block.segment.expandable:
+            if self._expandable:
+                # best fit by the size a block can grow to (its size plus an unmapped successor)
+                nxt = block.next
+                best = block.size + (nxt.size if nxt is not None and not nxt.mapped else 0)
+                j = i + 1
+                while j < n and block.segment.expandable:
+                    cand = by_key[keys[j]]
+                    nxt = cand.next
+                    grow = cand.size + (nxt.size if nxt is not None and not nxt.mapped else 0)
+                    if grow >= best:
+                        break
+                    block, best, i = cand, grow, j
+                    j += 1
+            else:
+                i += 1
+                while i < n and by_key[keys[i]].segment.expandable:
+                    i += 1
+                if i == n:
+                    return False
+                block = by_key[keys[i]]
+        bsize = block.size
+        max_split = self._max_split_size
+        if size < max_split:
+            if bsize >= max_split:
+                return False
+        elif bsize >= size + self._max_non_split_rounding_size:
+            return False
+        key = keys[i]
+        del keys[i]
+        del by_key[key]
+        p.block = block
+        return True
+
+    def should_split(self, block: Block, size: int) -> bool:
+        """Return whether ``block`` is split to serve ``size`` bytes (``should_split``)."""
+        remaining = block.size - size
+        if block.segment.pool.is_small or self._expandable:
+            return remaining >= MIN_BLOCK_SIZE
+        return size < self._max_split_size and remaining > SMALL_SIZE
+
+    def alloc_block(self, p: _AllocParams, is_retry: bool) -> bool:
+        """Get a new segment from the driver for ``p`` (``alloc_block``); sets ``p.block``.
+
+        Fails without calling the driver when the memory fraction would be exceeded; a failed
+        ``cudaMalloc`` changes no stats.
+        """
+        stats = self.stats
+        if is_retry:
+            stats.num_alloc_retries += 1
+        alloc_size = p.alloc_size
+        allowed = self.allowed_memory_bytes
+        if allowed is not None and self.total_allocated_memory + alloc_size > allowed:
+            return False
+        if self._expandable:
+            p.block = self.try_allocate_expandable_block(p.pool, p.size)
+            return p.block is not None
+        if alloc_size > self.device_free_bytes():
+            return False
+        ptr = self._address_space.malloc(alloc_size)
+        self.total_allocated_memory += alloc_size
+        pool = p.pool
+        segment = Segment(ptr, alloc_size, pool)
+        block = Block(alloc_size, ptr, segment)
+        segment.head = block
+        self._segments[ptr] = segment
+        st = pool.stat_type
+        increase_stat(stats.segment[AGGREGATE], 1)
+        increase_stat(stats.segment[st], 1)
+        increase_stat(stats.reserved_bytes[AGGREGATE], alloc_size)
+        increase_stat(stats.reserved_bytes[st], alloc_size)
+        if alloc_size >= self._max_split_size:
+            increase_stat(stats.oversize_segments, 1)
+        stats.num_device_alloc += 1
+        if self.record_history:
+            self._record("segment_alloc", ptr, alloc_size)
+        p.block = block
+        return True
+
+    def alloc_found_block(self, p: _AllocParams, orig_size: int, split_remainder: bool) -> int:
+        """Split ``p.block`` if asked, mark it allocated and count it (``alloc_found_block``).
+
+        The allocation takes the low end of the block; the original Block object becomes the free
+        remainder above it and keeps its (stale) ``requested_size``. Returns the address.
+        """
+        block = p.block
+        size = p.size
+        pool = p.pool
+        st = pool.stat_type
+        stats = self.stats
+        segment = block.segment
+        expandable = segment.expandable
+        already_split = block.prev is not None or block.next is not None
+        if split_remainder:
+            remaining = block
+            block = Block(size, remaining.ptr, segment)
+            prev = remaining.prev
+            block.prev = prev
+            if prev is not None:
+                prev.next = block
+            else:
+                segment.head = block
+            block.next = remaining
+            remaining.prev = block
+            remaining.ptr += size
+            remaining.size -= size
+            pool.insert_into_blocks(remaining)
+            if not expandable:
+                if already_split:
+                    # an already-split inactive block shrank by size bytes
+                    decrease_stat(stats.inactive_split_bytes[AGGREGATE], size)
+                    decrease_stat(stats.inactive_split_bytes[st], size)
+                else:
+                    # a new split inactive block of remaining.size bytes
+                    rsize = remaining.size
+                    increase_stat(stats.inactive_split_bytes[AGGREGATE], rsize)
+                    increase_stat(stats.inactive_split_bytes[st], rsize)
+                    increase_stat(stats.inactive_split[AGGREGATE], 1)
+                    increase_stat(stats.inactive_split[st], 1)
+        elif already_split and not expandable:
+            # an already-split free block becomes active
+            bsize = block.size
+            decrease_stat(stats.inactive_split_bytes[AGGREGATE], bsize)
+            decrease_stat(stats.inactive_split_bytes[st], bsize)
+            decrease_stat(stats.inactive_split[AGGREGATE], 1)
+            decrease_stat(stats.inactive_split[st], 1)
+        block.allocated = True
+        block.requested_size = orig_size
+        ptr = block.ptr
+        self._active_blocks[ptr] = block
+        if self.record_history:
+            self._record("alloc", ptr, orig_size)
+        bsize = block.size
+        # increase_stat, inlined: allocation (== active), allocated_bytes (== active_bytes), requested_bytes
+        for arr, amount in ((stats.allocation, 1), (stats.allocated_bytes, bsize),
+                            (stats.requested_bytes, orig_size)):
+            s = arr[AGGREGATE]
+            c = s[0] + amount
+            s[0] = c
+            if c > s[1]:
+                s[1] = c
+            s[2] += amount
+            s = arr[st]
+            c = s[0] + amount
+            s[0] = c
+            if c > s[1]:
+                s[1] = c
+            s[2] += amount
+        if bsize >= self._max_split_size:
+            increase_stat(stats.oversize_allocations, 1)
+        return ptr
+
+    # ------------------------------------------------------------------ free
+
+    def free(self, ptr: int) -> None:
+        """Free the allocation at address ``ptr`` (``DeviceCachingAllocator::free``).
+
+        The block returns to its pool and merges with free neighbours; the segment stays cached
+        until ``empty_cache()`` (or an allocation that needs the memory). ``free(0)`` does nothing.
+
+        Raises:
+            InvalidFreeError: ``ptr`` is not a live allocation (unknown or already freed); nothing
+                changes.
+
+        Runtime complexity: O(log n) plus O(n) list insert for n free blocks in the pool.
+        """
+        block = self._active_blocks.pop(ptr, None)
+        if block is None:
+            if ptr == 0:
+                return
+            kind = "already-freed or interior" if self._owns(ptr) else "unknown"
+            raise InvalidFreeError(f"free of {kind} address {ptr:#x}: not a live allocation "
+                                   "(allocator state unchanged)")
+        block.allocated = False
+        stats = self.stats
+        st = block.segment.pool.stat_type
+        bsize = block.size
+        # decrease_stat, inlined: allocation and allocated_bytes (active follows them)
+        s = stats.allocation[AGGREGATE]
+        s[0] -= 1
+        s[3] += 1
+        s = stats.allocation[st]
+        s[0] -= 1
+        s[3] += 1
+        s = stats.allocated_bytes[AGGREGATE]
+        s[0] -= bsize
+        s[3] += bsize
+        s = stats.allocated_bytes[st]
+        s[0] -= bsize
+        s[3] += bsize
+        if self.record_history:
+            self._record("free_requested", ptr, block.requested_size)
+        if bsize >= self._max_split_size:
+            decrease_stat(stats.oversize_allocations, 1)
+        self.free_block(block)
+
+    def _owns(self, ptr: int) -> bool:
+        return any(s.ptr <= ptr < s.ptr + s.size for s in self._segments.values())
+
+    def free_block(self, block: Block) -> None:
+        """Return a freed block to its pool, merging it with free neighbours (``free_block``)."""
+        if self.record_history:
+            self._record("free_completed", block.ptr, block.requested_size)
+        segment = block.segment
+        pool = segment.pool
+        req = block.requested_size
+        net_n = 0
+        net_b = 0
+        prev = block.prev
+        if prev is not None and not prev.allocated and prev.mapped == block.mapped:
+            subsumed = self.try_merge_blocks(block, prev, pool)
+            net_n -= 1
+            net_b -= subsumed
+        nxt = block.next
+        if nxt is not None and not nxt.allocated and nxt.mapped == block.mapped:
+            subsumed = self.try_merge_blocks(block, nxt, pool)
+            net_n -= 1
+            net_b -= subsumed
+        pool.insert_into_blocks(block)
+        stats = self.stats
+        st = pool.stat_type
+        if not segment.expandable:
+            if block.prev is not None or block.next is not None:
+                net_n += 1
+                net_b += block.size
+            if net_n > 0:
+                increase_stat(stats.inactive_split[AGGREGATE], net_n)
+                increase_stat(stats.inactive_split[st], net_n)
+            elif net_n < 0:
+                decrease_stat(stats.inactive_split[AGGREGATE], -net_n)
+                decrease_stat(stats.inactive_split[st], -net_n)
+            if net_b > 0:
+                increase_stat(stats.inactive_split_bytes[AGGREGATE], net_b)
+                increase_stat(stats.inactive_split_bytes[st], net_b)
+            elif net_b < 0:
+                decrease_stat(stats.inactive_split_bytes[AGGREGATE], -net_b)
+                decrease_stat(stats.inactive_split_bytes[st], -net_b)
+        s = stats.requested_bytes[AGGREGATE]
+        s[0] -= req
+        s[3] += req
+        s = stats.requested_bytes[st]
+        s[0] -= req
+        s[3] += req
+
+    def try_merge_blocks(self, dst: Block, src: Block | None, pool: BlockPool) -> int:
+        """Merge free ``src`` into its neighbour ``dst``; return the bytes subsumed, 0 if none.
+
+        ``dst`` survives (keeping its ``requested_size``); ``src`` leaves the pool.
+        """
+        if src is None or src.allocated or dst.mapped != src.mapped:
+            return 0
+        if dst.prev is src:
+            dst.ptr = src.ptr
+            prev = src.prev
+            dst.prev = prev
+            if prev is not None:
+                prev.next = dst
+            else:
+                dst.segment.head = dst
+        else:
+            nxt = src.next
+            dst.next = nxt
+            if nxt is not None:
+                nxt.prev = dst
+        subsumed = src.size
+        if src.mapped:
+            pool.erase(src)
+        else:
+            pool.erase_unmapped(src)
+        dst.size += subsumed
+        return subsumed
+
+    # ------------------------------------------------------------------ releasing cached memory
+
+    def empty_cache(self) -> None:
+        """Release every cached segment that is entirely free (``torch.cuda.empty_cache``).
+
+        Counts one ``num_sync_all_streams``. Segments that still hold a live block stay, with their
+        free holes (``inactive_split_bytes``).
+        """
+        self.release_cached_blocks()
+
+    def release_cached_blocks(self) -> bool:
+        """Synchronize, then release all fully free segments, large pool first (``release_cached_blocks``)."""
+        self.stats.num_sync_all_streams += 1  # synchronize_and_free_events
+        self.release_blocks(self.large_blocks)
+        self.release_blocks(self.small_blocks)
+        return True
+
+    def release_blocks(self, pool: BlockPool) -> None:
+        """Release the unsplit free blocks of ``pool`` in (size, address) order; unmap free pages
+        of expandable segments (``release_blocks``)."""
+        to_unmap = []
+        by_key = pool.by_key
+        for key in list(pool.keys):
+            block = by_key[key]
+            if block.segment.expandable:
+                to_unmap.append(block)
+            elif block.prev is None and block.next is None:
+                self.release_block(block)
+        for block in to_unmap:
+            self.unmap_block(block)
+            if block.prev is None and block.next is None:
+                self.release_expandable_segment(block)
+
+    def release_block(self, block: Block) -> None:
+        """Give a whole free segment back to the driver (``release_block``, i.e. ``cudaFree``)."""
+        stats = self.stats
+        stats.num_device_free += 1
+        size = block.size
+        ptr = block.ptr
+        if self.record_history:
+            self._record("segment_free", ptr, size)
+        self._address_space.free(ptr)
+        del self._segments[ptr]
+        self.total_allocated_memory -= size
+        pool = block.segment.pool
+        st = pool.stat_type
+        decrease_stat(stats.segment[AGGREGATE], 1)
+        decrease_stat(stats.segment[st], 1)
+        decrease_stat(stats.reserved_bytes[AGGREGATE], size)
+        decrease_stat(stats.reserved_bytes[st], size)
+        if size >= self._max_split_size:
+            decrease_stat(stats.oversize_segments, 1)
+        pool.erase(block)
+
+    def release_available_cached_blocks(self, p: _AllocParams) -> bool:
+        """Release cached oversize segments to make room for ``p`` (``release_available_cached_blocks``).
+
+        Does nothing (returns False) unless ``max_split_size`` is set. Frees the smallest single
+        cached block of at least ``max(p.size, max_split_size)`` bytes, or else oversize blocks from
+        the largest down until that many bytes were released.
+        """
+        max_split = self._max_split_size
+        if max_split == SIZE_MAX:
+            return False
+        pool = p.pool
+        keys = pool.keys
+        by_key = pool.by_key
+        key_size = max(p.size, max_split)
+        i = bisect_left(keys, key_size << _SIZE_SHIFT)
+        if i == len(keys) or by_key[keys[i]].segment.expandable:
+            if i == 0:
+                return False
+            total_released = 0
+            i -= 1
+            while total_released < key_size:
+                block = by_key[keys[i]]
+                if block.size < max_split:
+                    break
+                if not block.segment.expandable:
+                    total_released += block.size
+                    self.release_block(block)
+                if i == 0:
+                    break
+                i -= 1
+            if total_released < key_size:
+                return False
+        else:
+            self.release_block(by_key[keys[i]])
+        return True
+
+    def garbage_collect_cached_blocks(self) -> None:
+        """Release old cached large segments once reserved memory passes the gc threshold.
+
+        ``garbage_collect_cached_blocks``: runs only with a memory fraction and a
+        ``garbage_collection_threshold``. Rounds release every unsplit, non-expandable free block
+        of the large pool whose age (``get_free_block`` calls since it was freed) is at least the
+        average age, until the reclaimed bytes reach ``total - threshold * allowed``.
+        """
+        gc_threshold = int(self.config.garbage_collection_threshold * float(self.allowed_memory_bytes))
+        if self.total_allocated_memory <= gc_threshold:
+            return
+        target_size = self.total_allocated_memory - gc_threshold
+        pool = self.large_blocks
+        clock = pool.get_free_blocks_call_count
+        total_age = 0
+        freeable = 0
+        for key in pool.keys:
+            b = pool.by_key[key]
+            if b.prev is None and b.next is None and not b.segment.expandable:
+                total_age += clock - b.gc_count_base
+                freeable += 1
+        if freeable == 0:
+            return
+        gc_reclaimed = 0
+        block_freed = True
+        while gc_reclaimed < target_size and block_freed and freeable > 0:
+            age_threshold = total_age / freeable
+            block_freed = False
+            for key in list(pool.keys):
+                b = pool.by_key.get(key)
+                if b is None or b.prev is not None or b.next is not None or b.segment.expandable:
+                    continue
+                age = clock - b.gc_count_base
+                if age >= age_threshold:
+                    block_freed = True
+                    gc_reclaimed += b.size
+                    total_age -= age
+                    freeable -= 1
+                    self.release_block(b)
+
+    # ------------------------------------------------------------------ expandable segments (§9)
+
+    def _page_size(self, pool: BlockPool) -> int:
+        return SMALL_BUFFER if pool.is_small else self._large_segment_size
+
+    def find_expandable_block(self, pool: BlockPool, size: int) -> Block:
+        """Return the lowest free/unmapped run of at least ``size`` bytes, reserving a new
+        expandable segment when none has room (``find_expandable_block``)."""
+        def allocatable(b: Block | None) -> bool:
+            return b is not None and not b.allocated
+
+        for _, c in pool.unmapped:
+            if allocatable(c.prev):
+                c = c.prev
+            b, total = c, 0
+            while total < size and allocatable(b):
+                total += b.size
+                b = b.next
+            if total >= size:
+                return c
+        page = self._page_size(pool)
+        total = self.total_memory
+        va_size = (total + total // 8 + page - 1) // page * page
+        ptr = self._address_space.reserve(va_size)
+        segment = Segment(ptr, va_size, pool, expandable=True, page_size=page)
+        self._segments[ptr] = segment
+        candidate = Block(va_size, ptr, segment)
+        candidate.mapped = False
+        segment.head = candidate
+        pool.insert_unmapped(candidate)
+        return candidate
+
+    def try_allocate_expandable_block(self, pool: BlockPool, size: int) -> Block | None:
+        """Map pages so that a free block of ``size`` bytes exists (``try_allocate_expandable_block``)."""
+        candidate = self.find_expandable_block(pool, size)
+        if not candidate.mapped and not self.map_block(candidate, min(candidate.size, size)):
+            return None
+        while candidate.size < size:
+            # candidate is free and mapped, followed by an unmapped block
+            nxt = candidate.next
+            if not self.map_block(nxt, min(size - candidate.size, nxt.size)):
+                return None
+            candidate = nxt
+        pool.erase(candidate)
+        return candidate
+
+    def map_block(self, to_map: Block, size: int) -> bool:
+        """Map the pages covering ``size`` bytes at the start of unmapped ``to_map`` (``map_block``)."""
+        segment = to_map.segment
+        page = segment.page_size
+        offset = to_map.ptr - segment.ptr
+        mapped_size = -(-(offset + size) // page) * page - offset
+        if mapped_size > self.device_free_bytes():
+            return False  # cuMemCreate fails: no physical memory left
+        pool = segment.pool
+        map_ptr = to_map.ptr
+        pool.erase_unmapped(to_map)
+        to_map.mapped = True
+        if mapped_size < to_map.size:
+            remaining = Block(to_map.size - mapped_size, to_map.ptr + mapped_size, segment)
+            remaining.mapped = False
+            remaining.prev = to_map
+            remaining.next = to_map.next
+            if to_map.next is not None:
+                to_map.next.prev = remaining
+            to_map.next = remaining
+            pool.insert_unmapped(remaining)
+            to_map.size = mapped_size
+        self.try_merge_blocks(to_map, to_map.prev, pool)
+        self.try_merge_blocks(to_map, to_map.next, pool)
+        pool.insert_into_blocks(to_map)
+        self.total_allocated_memory += mapped_size
+        stats = self.stats
+        increase_stat(stats.reserved_bytes[AGGREGATE], mapped_size)
+        increase_stat(stats.reserved_bytes[pool.stat_type], mapped_size)
+        stats.num_device_alloc += 1
+        if self.record_history:
+            self._record("segment_map", map_ptr, mapped_size)
+        return True
+
+    def unmap_block(self, block: Block) -> None:
+        """Unmap every page lying entirely inside free ``block`` (``unmap_block``)."""
+        segment = block.segment
+        page = segment.page_size
+        base = segment.ptr
+        begin = base + -(-(block.ptr - base) // page) * page
+        end = base + (block.ptr + block.size - base) // page * page
+        if begin >= end:
+            return
+        pool = segment.pool
+        pool.erase(block)
+        unmapped_size = end - begin
+        before_size = begin - block.ptr
+        if before_size > 0:
+            before = Block(before_size, block.ptr, segment)
+            before.prev = block.prev
+            before.next = block
+            if block.prev is not None:
+                block.prev.next = before
+            else:
+                segment.head = before
+            block.prev = before
+            pool.insert_into_blocks(before)
+        after_size = block.size - before_size - unmapped_size
+        if after_size > 0:
+            after = Block(after_size, end, segment)
+            after.prev = block
+            after.next = block.next
+            if block.next is not None:
+                block.next.prev = after
+            block.next = after
+            pool.insert_into_blocks(after)
+        block.ptr = begin
+        block.size = unmapped_size
+        block.mapped = False
+        self.try_merge_blocks(block, block.prev, pool)
+        self.try_merge_blocks(block, block.next, pool)
+        pool.insert_unmapped(block)
+        self.total_allocated_memory -= unmapped_size
+        stats = self.stats
+        decrease_stat(stats.reserved_bytes[AGGREGATE], unmapped_size)
+        decrease_stat(stats.reserved_bytes[pool.stat_type], unmapped_size)
+        stats.num_device_free += 1
+        if self.record_history:
+            self._record("segment_unmap", begin, unmapped_size)
+
+    def release_expandable_segment(self, block: Block) -> None:
+        """Drop an expandable segment whose pages are all unmapped (``release_expandable_segment``)."""
+        segment = block.segment
+        segment.pool.erase_unmapped(block)
+        del self._segments[segment.ptr]
+        self._address_space.unreserve(segment.ptr)
+
+    # ------------------------------------------------------------------ OOM
+
+    def _raise_oom(self, p: _AllocParams, orig_size: int) -> None:
+        stats = self.stats
+        device_free = self.device_free_bytes()
+        if self.record_history:
+            self._record("oom", device_free, p.size)
+        stats.num_ooms += 1
+        allocated = stats.allocated_bytes[AGGREGATE][0]
+        reserved = stats.reserved_bytes[AGGREGATE][0]
+        proc_info = ""
+        if self.context_bytes:
+            proc_info = ("Including non-PyTorch memory, this process has "
+                         f"{format_size(self.context_bytes + reserved)} memory in use. ")
+        allowed = self.allowed_memory_bytes
+        allowed_info = f"{format_size(allowed)} allowed; " if allowed is not None else ""
+        message = (
+            f"CUDA out of memory. Tried to allocate {format_size(p.alloc_size)}. {self.device_name} has a "
+            f"total capacity of {format_size(self.total_memory)} of which {format_size(device_free)} is "
+            f"free. {proc_info}{allowed_info}Of the allocated memory {format_size(allocated)} is allocated "
+            f"by PyTorch, and {format_size(reserved - allocated)} is reserved by PyTorch but unallocated. "
+            "If reserved but unallocated memory is large try setting "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation "
+            "for Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html"
+            "#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)")
+        raise OutOfMemoryError(message, requested_bytes=orig_size, alloc_size_bytes=p.alloc_size,
+                               allocated_bytes=allocated, reserved_bytes=reserved,
+                               device_free_bytes=device_free)
+
+    # ------------------------------------------------------------------ snapshots and checks
+
+    def snapshot(self) -> dict[str, Any]:
+        """Return a dict shaped like ``torch.cuda.memory._snapshot()``.
+
+        Keys: ``segments`` (sorted by address; one per contiguous mapped range of an expandable
+        segment), ``device_traces`` (one list of trace entries for the one device),
+        ``allocator_settings`` and ``external_annotations``. Adds a ``snapshot`` trace entry.
+        """
+        from .snapshot import build_snapshot
+
+        if self.record_history:
+            self._record("snapshot", 0, self.stats.allocated_bytes[AGGREGATE][0])
+        return build_snapshot(self)
+
+    def memory_summary(self, abbreviated: bool = False) -> str:
+        """Return the ``torch.cuda.memory_summary()`` table for this allocator's stats."""
+        from .summary import memory_summary
+
+        return memory_summary(self.memory_stats(), abbreviated=abbreviated, device_name=self.device_name)
+
+    def _check(self) -> None:
+        """Verify every internal invariant; print the segment table and re-raise on failure.
+
+        Blocks tile each segment exactly; no two adjacent free blocks in a non-expandable segment;
+        each free mapped block is in exactly one pool, keyed right; every ``*.current`` stat equals
+        what ``snapshot()`` implies; allocated <= reserved <= allowed.
+        """
+        from .snapshot import check_invariants, format_segment_table
+
+        try:
+            check_invariants(self)
+        except AssertionError:
+            print(format_segment_table(self))
+            raise
+
+
+def _roundup_power2_next_division(size: int, divisions: int) -> int:
+    """Round ``size`` up to the next of ``divisions`` equal steps between powers of two."""
+    if size & (size - 1) == 0:
+        return size
+    power2_floor = 1 << (size.bit_length() - 1)
+    step = power2_floor >> (divisions.bit_length() - 1)
+    if step == 0:
+        return power2_floor << 1
+    floor = size & ~(step - 1)
+    return size if floor == size else floor + step

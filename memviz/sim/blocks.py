@@ -1,0 +1,120 @@
+"""Blocks, segments and free-block pools (``Block`` / ``BlockPool`` in CUDACachingAllocator.cpp).
+
+A :class:`Block` is a contiguous byte range of a :class:`Segment`; the blocks of a segment form a
+doubly linked list in address order (``prev`` / ``next``). A :class:`BlockPool` keeps the free,
+mapped blocks ordered like ``BlockComparatorSize`` — by (size, address), one stream only — as a
+sorted list of integer keys ``size << ADDR_BITS | ptr``, so best fit is one ``bisect_left``.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+
+__all__ = ["ADDR_BITS", "Block", "BlockPool", "Segment"]
+
+ADDR_BITS = 48  # device addresses are below 2**48 (x86-64 / CUDA UVA), so size << 48 | ptr orders (size, ptr)
+
+
+class Segment:
+    """One ``cudaMalloc`` allocation, or one expandable segment's reserved address range.
+
+    Attributes:
+        ptr: base address. size: bytes (the cudaMalloc size, or the reserved VA size when expandable).
+        pool: the :class:`BlockPool` it belongs to. head: the block at the lowest address.
+        expandable: whether pages are mapped on demand (``expandable_segment_``).
+        page_size: bytes per mapped page (expandable only; 0 otherwise).
+    """
+
+    __slots__ = ("expandable", "head", "page_size", "pool", "ptr", "size")
+
+    def __init__(self, ptr: int, size: int, pool: BlockPool, expandable: bool = False,
+                 page_size: int = 0) -> None:
+        self.ptr = ptr
+        self.size = size
+        self.pool = pool
+        self.expandable = expandable
+        self.page_size = page_size
+        self.head: Block | None = None
+
+
+class Block:
+    """A byte range inside a segment (``Block``).
+
+    Attributes:
+        size: bytes, a multiple of 512. ptr: address.
+        requested_size: the unrounded request of the *last* allocation that used this object; kept
+            (stale) after the block is freed, as torch does.
+        allocated: in use by a tensor. mapped: backed by memory (always True outside expandable segments).
+        prev, next: neighbours in the same segment. segment: the owning :class:`Segment`.
+        gc_count_base: the pool's ``get_free_blocks_call_count`` when the block was last freed.
+    """
+
+    __slots__ = ("allocated", "gc_count_base", "mapped", "next", "prev", "ptr", "requested_size", "segment",
+                 "size")
+
+    def __init__(self, size: int, ptr: int, segment: Segment, requested_size: int = 0) -> None:
+        self.size = size
+        self.ptr = ptr
+        self.segment = segment
+        self.requested_size = requested_size
+        self.allocated = False
+        self.mapped = True
+        self.prev: Block | None = None
+        self.next: Block | None = None
+        self.gc_count_base = 0
+
+    def is_split(self) -> bool:
+        """Return whether the block shares its segment with other blocks (``prev`` or ``next`` set)."""
+        return self.prev is not None or self.next is not None
+
+    def __repr__(self) -> str:
+        state = "allocated" if self.allocated else ("free" if self.mapped else "unmapped")
+        return f"Block(ptr={self.ptr:#x}, size={self.size}, {state})"
+
+
+class BlockPool:
+    """The free blocks of one pool, small or large (``BlockPool``).
+
+    ``keys`` is sorted by (size, ptr); ``by_key`` maps each key to its block. ``unmapped`` holds the
+    unmapped blocks of expandable segments in address order (``BlockComparatorAddress``).
+    Insert and remove cost O(log n) to find plus O(n) memmove, fast for the few thousand free
+    blocks a real program keeps.
+    """
+
+    __slots__ = ("by_key", "get_free_blocks_call_count", "is_small", "keys", "stat_type", "unmapped")
+
+    def __init__(self, is_small: bool, stat_type: int) -> None:
+        self.is_small = is_small
+        self.stat_type = stat_type
+        self.keys: list[int] = []
+        self.by_key: dict[int, Block] = {}
+        self.unmapped: list[tuple[int, Block]] = []
+        self.get_free_blocks_call_count = 0
+
+    def insert_into_blocks(self, block: Block) -> None:
+        """Add a free mapped block (``insert_into_blocks``); stamps its gc age base. O(n)."""
+        key = block.size << ADDR_BITS | block.ptr
+        insort(self.keys, key)
+        self.by_key[key] = block
+        block.gc_count_base = self.get_free_blocks_call_count
+
+    def erase(self, block: Block) -> None:
+        """Remove a free mapped block. O(n)."""
+        key = block.size << ADDR_BITS | block.ptr
+        keys = self.keys
+        del keys[bisect_left(keys, key)]
+        del self.by_key[key]
+
+    def insert_unmapped(self, block: Block) -> None:
+        """Add an unmapped block of an expandable segment."""
+        insort(self.unmapped, (block.ptr, block), key=lambda e: e[0])
+
+    def erase_unmapped(self, block: Block) -> None:
+        """Remove an unmapped block."""
+        unmapped = self.unmapped
+        i = bisect_left(unmapped, block.ptr, key=lambda e: e[0])
+        assert unmapped[i][1] is block
+        del unmapped[i]
+
+    def __len__(self) -> int:
+        return len(self.keys)
