@@ -1,0 +1,72 @@
+"""One interface over the real GPU (``torch.cuda``) and the simulator (``memviz.sim``).
+
+:func:`select_backend` picks the real GPU when CUDA is available and the simulator otherwise, and the
+backend's :meth:`~memviz.backends.base.Backend.describe` always says which one runs.
+"""
+
+from __future__ import annotations
+
+from memviz.backends.base import Backend, DriverMemory, fraction_for_cap
+from memviz.backends.simulated import SimTensor, SimulatedBackend
+from memviz.devices import SimulatedDevice
+from memviz.units import parse_size
+
+__all__ = ["Backend", "DriverMemory", "SimTensor", "SimulatedBackend", "cuda_available", "fraction_for_cap",
+           "select_backend"]  # fmt: skip
+
+KINDS = ("auto", "cuda", "sim")
+
+
+def cuda_available() -> bool:
+    """True when torch is installed and sees a CUDA device."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def select_backend(
+    backend: str = "auto",
+    device: str | int | SimulatedDevice | None = None,
+    cap: int | str | None = None,
+    alloc_conf: str | None = None,
+) -> Backend:
+    """Make the backend a lab runs on.
+
+    Args:
+        backend: ``"auto"`` (the real GPU if CUDA is available, else the simulator), ``"cuda"`` or ``"sim"``.
+        device: for ``"cuda"`` the device index (default 0); for ``"sim"`` a preset name (``"A100-80GB"``),
+            a size (``"24 GiB"``) or a :class:`~memviz.devices.SimulatedDevice`. By default the simulator
+            mirrors the real GPU when there is one, and is a T4 (16 GiB) when there is none.
+        cap: cap the cache at this many bytes (``"2 GiB"`` or an int), like
+            ``torch.cuda.set_per_process_memory_fraction``; None: no cap.
+        alloc_conf: allocator settings in ``PYTORCH_CUDA_ALLOC_CONF`` syntax. None: the simulator uses the
+            defaults and the GPU keeps what the process has.
+
+    Raises:
+        ValueError: an unknown backend, device or size; RuntimeError: ``"cuda"`` without CUDA.
+    """
+    if backend not in KINDS:
+        raise ValueError(f"backend must be one of {', '.join(map(repr, KINDS))}, not {backend!r}")
+    cap_bytes = None if cap is None else parse_size(cap)
+    use_cuda = backend == "cuda" or (backend == "auto" and cuda_available())
+    if use_cuda:
+        from memviz.backends.cuda import CudaBackend
+
+        if device is not None and not isinstance(device, int):
+            raise ValueError(f"a CUDA device is an index such as 0, not {device!r}")
+        return CudaBackend(device or 0, cap_bytes, alloc_conf)
+    if device is None:
+        device = _mirror_of_real_gpu() or "T4"
+    return SimulatedBackend(device, cap_bytes, alloc_conf or "")
+
+
+def _mirror_of_real_gpu() -> SimulatedDevice | None:
+    """A simulated twin of CUDA device 0 (same name and capacity), or None without CUDA."""
+    if not cuda_available():
+        return None
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    return SimulatedDevice(f"{props.name} (simulated)", props.total_memory)

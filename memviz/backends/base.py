@@ -1,0 +1,120 @@
+"""The interface every backend offers the lab: allocate, release, and read the allocator's numbers."""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from memviz.shapes import Request
+from memviz.units import format_bytes
+
+__all__ = ["Backend", "DriverMemory", "fraction_for_cap"]
+
+
+@dataclass(frozen=True)
+class DriverMemory:
+    """The driver's view of the device, which includes what PyTorch's cache does not.
+
+    Attributes:
+        total_bytes: device memory as the driver counts it (``cudaMemGetInfo`` total).
+        free_bytes: free device memory (``cudaMemGetInfo`` free), all processes counted.
+        used_bytes: used by every process (what ``nvidia-smi`` shows), from NVML when available.
+        process_used_bytes: used by this process (CUDA context + libraries + PyTorch's reserved), or None.
+        other_processes: ``(pid, used_bytes)`` of the other processes on the device.
+        source: where the numbers come from, e.g. ``"NVML"`` or ``"cudaMemGetInfo"``.
+    """
+
+    total_bytes: int
+    free_bytes: int
+    used_bytes: int
+    process_used_bytes: int | None = None
+    other_processes: tuple[tuple[int, int], ...] = ()
+    source: str = "cudaMemGetInfo"
+
+
+class Backend(ABC):
+    """One device's caching allocator, real (``kind == "cuda"``) or simulated (``kind == "simulated"``).
+
+    Attributes:
+        kind: ``"cuda"`` or ``"simulated"``.
+        device_name: e.g. ``"NVIDIA H200"``.
+        total_memory_bytes: the device's total memory.
+        oom_errors: exception types an allocation raises when the allocator runs out of memory.
+    """
+
+    kind: str
+    device_name: str
+    total_memory_bytes: int
+    oom_errors: tuple[type[BaseException], ...]
+
+    @abstractmethod
+    def empty(self, request: Request) -> Any:
+        """Allocate one uninitialised tensor for ``request``; it is freed when its last reference goes."""
+
+    @abstractmethod
+    def empty_cache(self) -> None:
+        """Release every cached segment that holds no live block (``torch.cuda.empty_cache()``)."""
+
+    @abstractmethod
+    def memory_stats(self) -> Mapping[str, int]:
+        """``torch.cuda.memory_stats()``: the flat, sorted stat dict (``{}`` before CUDA starts)."""
+
+    @abstractmethod
+    def snapshot(self) -> dict:
+        """``torch.cuda.memory._snapshot()``: at least ``segments``, each with its ``blocks``."""
+
+    @abstractmethod
+    def reset_peak_memory_stats(self) -> None:
+        """Set every ``*.peak`` stat to its current value."""
+
+    @abstractmethod
+    def reset_accumulated_memory_stats(self) -> None:
+        """Zero the ``*.allocated`` / ``*.freed`` stats and the event counters (retries, OOMs, ...)."""
+
+    @property
+    @abstractmethod
+    def alloc_conf(self) -> str:
+        """The allocator settings in force, in ``PYTORCH_CUDA_ALLOC_CONF`` syntax (``""``: defaults)."""
+
+    @property
+    @abstractmethod
+    def cap_bytes(self) -> int | None:
+        """Most bytes the cache may reserve (the per-process memory fraction), or None when uncapped."""
+
+    @abstractmethod
+    def set_cap(self, cap_bytes: int | None) -> None:
+        """Cap the cache at ``cap_bytes`` via ``set_per_process_memory_fraction`` (None lifts the cap)."""
+
+    def driver_memory(self) -> DriverMemory | None:
+        """The driver's view of device memory, or None where there is no driver (the simulator)."""
+        return None
+
+    def describe(self) -> str:
+        """One line saying which backend runs, on what device, under which cap and config."""
+        what = "real GPU (torch.cuda)" if self.kind == "cuda" else "simulator (memviz.sim)"
+        text = f"{what}: {self.device_name}, {format_bytes(self.total_memory_bytes)}"
+        if self.cap_bytes is not None:
+            text += f", capped at {format_bytes(self.cap_bytes)}"
+        text += f", PYTORCH_CUDA_ALLOC_CONF={self.alloc_conf!r}" if self.alloc_conf else ", default allocator config"
+        return text
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.describe()}>"
+
+
+def fraction_for_cap(cap_bytes: int | None, total_bytes: int) -> float | None:
+    """The memory fraction ``f`` for which the allocator's limit ``int(f * total_bytes)`` is ``cap_bytes``.
+
+    Returns None for None (no cap). Raises ValueError for a cap outside ``1..total_bytes``.
+    """
+    if cap_bytes is None:
+        return None
+    if not 0 < cap_bytes <= total_bytes:
+        raise ValueError(f"cap must be between 1 byte and the device's {total_bytes} bytes, got {cap_bytes}")
+    fraction = cap_bytes / total_bytes
+    while int(fraction * total_bytes) < cap_bytes:
+        fraction = math.nextafter(fraction, 2.0)
+    return fraction

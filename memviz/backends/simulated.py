@@ -1,0 +1,96 @@
+"""The simulator as a backend: memviz.sim's allocator behind the same interface as a real GPU."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from memviz.backends.base import Backend, fraction_for_cap
+from memviz.devices import SimulatedDevice, simulated_device
+from memviz.shapes import Request
+from memviz.sim import CachingAllocator, OutOfMemoryError
+
+__all__ = ["SimTensor", "SimulatedBackend"]
+
+
+class SimTensor:
+    """A tensor that lives in the simulator: its block is freed when the last reference goes.
+
+    Python's reference counting and ``gc`` decide when, exactly as for a ``torch.Tensor``, so cycles,
+    tracebacks and stray references keep simulated memory alive the way they keep GPU memory alive.
+    """
+
+    __slots__ = ("__weakref__", "_address", "_allocator", "dtype", "nbytes", "shape")
+
+    def __init__(self, allocator: CachingAllocator, address: int, request: Request) -> None:
+        self._allocator = allocator
+        self._address = address
+        self.nbytes = request.nbytes
+        self.shape = request.shape
+        self.dtype = request.dtype
+
+    def data_ptr(self) -> int:
+        """The block's simulated device address."""
+        return self._address
+
+    def __del__(self) -> None:
+        allocator, self._allocator = self._allocator, None
+        if allocator is not None:
+            allocator.free(self._address)
+
+    def __repr__(self) -> str:
+        return f"SimTensor(shape={self.shape}, dtype={self.dtype}, nbytes={self.nbytes}, ptr={self._address:#x})"
+
+
+class SimulatedBackend(Backend):
+    """memviz.sim on a simulated device.
+
+    Args:
+        device: a preset name (``"T4"``, ``"A100-80GB"``, ...; see :data:`memviz.devices.PRESETS`),
+            a size (``"24 GiB"`` or bytes) or a :class:`~memviz.devices.SimulatedDevice`. Default ``"T4"``.
+        cap_bytes: cap the cache like ``set_per_process_memoryfraction_for_cap(cap_bytes / total)``; None: no cap.
+        alloc_conf: allocator settings in ``PYTORCH_CUDA_ALLOC_CONF`` syntax; ``""`` for the defaults.
+    """
+
+    kind = "simulated"
+    oom_errors = (OutOfMemoryError,)
+
+    def __init__(
+        self, device: str | int | SimulatedDevice = "T4", cap_bytes: int | None = None, alloc_conf: str = ""
+    ) -> None:
+        self.device = simulated_device(device)
+        self.device_name = self.device.name
+        self.total_memory_bytes = self.device.total_memory_bytes
+        fraction = fraction_for_cap(cap_bytes, self.total_memory_bytes)
+        self.allocator = CachingAllocator(self.total_memory_bytes, memory_fraction=fraction, alloc_conf=alloc_conf)
+        self._alloc_conf = alloc_conf
+        self._cap_bytes = cap_bytes
+
+    def empty(self, request: Request) -> SimTensor:
+        return SimTensor(self.allocator, self.allocator.malloc(request.nbytes), request)
+
+    def empty_cache(self) -> None:
+        self.allocator.empty_cache()
+
+    def memory_stats(self) -> Mapping[str, int]:
+        return self.allocator.memory_stats()
+
+    def snapshot(self) -> dict:
+        return self.allocator.snapshot()
+
+    def reset_peak_memory_stats(self) -> None:
+        self.allocator.reset_peak_memory_stats()
+
+    def reset_accumulated_memory_stats(self) -> None:
+        self.allocator.reset_accumulated_memory_stats()
+
+    @property
+    def alloc_conf(self) -> str:
+        return self._alloc_conf
+
+    @property
+    def cap_bytes(self) -> int | None:
+        return self._cap_bytes
+
+    def set_cap(self, cap_bytes: int | None) -> None:
+        self.allocator.set_memoryfraction_for_cap(fraction_for_cap(cap_bytes, self.total_memory_bytes) or 1.0)
+        self._cap_bytes = cap_bytes

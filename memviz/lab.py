@@ -1,0 +1,336 @@
+"""The lab: named tensors a learner allocates and frees, on a real GPU or the simulator.
+
+>>> lab = Lab(backend="sim", device="T4", cap="2 GiB")
+>>> lab.allocate("512 MiB", name="big").ok
+True
+>>> lab.allocate((100, 100), "float32", count=5000, name="small").detail.split(":")[0]
+'5000 × small'
+>>> lab.free_all().ok and lab.gc().ok and lab.empty_cache().reserved_bytes
+0
+
+Every action returns and records an :class:`~memviz.events.Event` with ``memory_stats()`` before and
+after. An out-of-memory error is an event, not an exception: the lab keeps the message and the state,
+and no traceback, frame or partial tensor stays behind to pin memory. Bad input (sizes, units, dtypes,
+shapes, names) raises a ``ValueError`` (``KeyError`` for an unknown name) and changes nothing.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+import weakref
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from memviz.backends import Backend, select_backend
+from memviz.devices import SimulatedDevice
+from memviz.events import Event, OOMRecord
+from memviz.fragmentation import Fragmentation, fragmentation
+from memviz.shapes import Request, size_request, tensor_request
+from memviz.units import format_bytes
+
+__all__ = ["Lab", "LabTensor"]
+
+MAX_COUNT = 1_000_000  # tensors in one allocate() call
+
+
+@dataclass(frozen=True)
+class LabTensor:
+    """A tensor the lab holds: ``tensor`` is the ``torch.Tensor`` (or simulated tensor) itself."""
+
+    name: str
+    group: str | None
+    request: Request
+    tensor: Any
+    op_key: int
+
+
+class Lab:
+    """Named tensors on one backend, and a log of every action.
+
+    Args:
+        backend: ``"auto"`` (real GPU when CUDA is available, else the simulator), ``"cuda"``, ``"sim"``,
+            or a :class:`~memviz.backends.Backend`.
+        device: the simulated device (preset name such as ``"A100-80GB"``, or a size), or the CUDA index.
+        cap: cap the allocator's cache (``"2 GiB"`` or bytes) with the per-process memory fraction, so
+            that OOM and fragmentation show in seconds; None: no cap.
+        alloc_conf: allocator settings, ``PYTORCH_CUDA_ALLOC_CONF`` syntax.
+    """
+
+    def __init__(
+        self,
+        backend: str | Backend = "auto",
+        device: str | int | SimulatedDevice | None = None,
+        cap: int | str | None = None,
+        alloc_conf: str | None = None,
+    ) -> None:
+        if isinstance(backend, Backend):
+            if device is not None or cap is not None or alloc_conf is not None:
+                raise ValueError("pass device, cap and alloc_conf to the backend, not to Lab, with a Backend")
+            self.backend = backend
+        else:
+            self.backend = select_backend(backend, device, cap, alloc_conf)
+        self._tensors: dict[str, LabTensor] = {}
+        self._groups: dict[str, list[str]] = {}
+        self.events: list[Event] = []
+        self.ops: list[tuple] = []
+        """Allocator ops in order, for what-if replays: ``("malloc", key, nbytes, ok)``, ``("free", key)``,
+        ``("empty_cache",)``. Frees are logged when the memory really goes (the last reference dies)."""
+        self._next_key = 0
+        self._auto_names = 0
+        self._t0 = time.perf_counter()
+        self._last_stats: Mapping[str, int] = dict(self.backend.memory_stats())
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def describe(self) -> str:
+        """Which backend runs, on which device, under which cap and config."""
+        return self.backend.describe()
+
+    def stats(self) -> Mapping[str, int]:
+        """``memory_stats()`` now (one read; on a GPU it costs about 170 µs)."""
+        return self.backend.memory_stats()
+
+    def snapshot(self) -> dict:
+        """``torch.cuda.memory._snapshot()`` now (segments and blocks)."""
+        return self.backend.snapshot()
+
+    def fragmentation(self) -> Fragmentation:
+        """Fragmentation metrics of the cache now."""
+        return fragmentation(self.backend.snapshot()["segments"])
+
+    def __getitem__(self, name: str) -> Any:
+        """The tensor called ``name`` (a ``torch.Tensor`` on a GPU)."""
+        return self._entry(name).tensor
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tensors
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    @property
+    def tensors(self) -> Mapping[str, LabTensor]:
+        """The tensors the lab holds, by name (read-only view)."""
+        return dict(self._tensors)
+
+    @property
+    def groups(self) -> Mapping[str, tuple[str, ...]]:
+        """Names of the tensors of each group made by ``allocate(..., count=n)``."""
+        return {g: tuple(names) for g, names in self._groups.items()}
+
+    # -- actions -----------------------------------------------------------------------------------
+
+    def allocate(
+        self, size: int | str | tuple | list, dtype: object = None, *, count: int = 1, name: str | None = None
+    ) -> Event:
+        """Allocate ``count`` tensors, each of ``size`` bytes or of shape ``size`` and ``dtype``.
+
+        Args:
+            size: bytes (``40_000``, ``"512 MiB"``, ``"1.5GB"``), or a shape tuple such as
+                ``(2048, 4096, 4096)`` with ``dtype`` (default float32).
+            dtype: only with a shape: ``"float32"``, ``"bfloat16"``, ``torch.float16``, ...
+            count: how many tensors (1 to 1,000,000). They are named ``name[0]``, ``name[1]``, ... and
+                form the group ``name``.
+            name: the tensor's name (or the group's); default ``t0``, ``t1``, ...
+
+        Returns:
+            The event; ``event.ok`` is False if memory ran out, and the tensors made before the failure
+            stay allocated.
+
+        Raises:
+            ValueError: a bad size, unit, shape, dtype, count or name; nothing is allocated.
+        """
+        request = self._request(size, dtype)
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_COUNT:
+            raise ValueError(f"count must be an int from 1 to {MAX_COUNT:,}, not {count!r}")
+        names, group = self._new_names(name, count)
+        before = self._read_before()
+        made: list[Any] = []
+        oom_message = None
+        try:
+            for _ in range(count):
+                made.append(self.backend.empty(request))
+        except self.backend.oom_errors as error:
+            oom_message = str(error)  # keep text only: the exception's traceback would pin frames
+        for tensor_name, tensor in zip(names, made, strict=False):
+            self._keep(tensor_name, group, request, tensor)
+        if group is not None and made:
+            self._groups[group] = names[: len(made)]
+        n = len(made)
+        what = f"{count} × {group}" if group else names[0]
+        detail = f"{what}: {request.arithmetic}"
+        if count > 1:
+            detail += f" each, {format_bytes(request.nbytes * count)} in all"
+        oom = None
+        if oom_message is not None:
+            self.ops.append(("malloc", None, request.nbytes, False))
+            oom = OOMRecord(oom_message, request, n, self.fragmentation(), len(self.ops) - 1)
+            detail += f" — out of memory after {n} of {count}" if count > 1 else " — out of memory"
+        del made
+        return self._record("allocate", oom is None, tuple(names[:n]), request.nbytes * n, detail, before, oom)
+
+    def free(self, *names: str) -> Event:
+        """Drop the lab's reference to tensors by name, or to whole groups by group name.
+
+        The memory goes back to the cache only when nothing else references the tensor (a variable of
+        yours, a cycle, a traceback): the event's ``delta("allocated_bytes.all.current")`` shows it.
+
+        Raises:
+            KeyError: an unknown name; nothing is freed.
+        """
+        if not names:
+            raise ValueError("free() needs at least one tensor or group name (or use free_all())")
+        targets: list[str] = []
+        for name in names:
+            if name in self._groups:
+                targets.extend(self._groups[name])
+            elif name in self._tensors:
+                targets.append(name)
+            else:
+                raise KeyError(self._unknown(name))
+        return self._drop(list(dict.fromkeys(targets)), "free " + ", ".join(names))
+
+    def free_all(self) -> Event:
+        """Drop the lab's references to every tensor it holds."""
+        return self._drop(list(self._tensors), "free all")
+
+    def gc(self) -> Event:
+        """Run ``gc.collect()``: tensors kept alive only by reference cycles are freed."""
+        before = self._read_before()
+        found = gc.collect()
+        return self._record("gc", True, (), 0, f"gc.collect() found {found} unreachable objects", before)
+
+    def empty_cache(self) -> Event:
+        """``torch.cuda.empty_cache()``: release every cached segment that holds no live tensor."""
+        before = self._read_before()
+        self.backend.empty_cache()
+        self.ops.append(("empty_cache",))
+        return self._record("empty_cache", True, (), 0, "empty_cache()", before)
+
+    def reset_peak(self) -> Event:
+        """``torch.cuda.reset_peak_memory_stats()``: every ``*.peak`` becomes its current value."""
+        before = self._read_before()
+        self.backend.reset_peak_memory_stats()
+        return self._record("reset_peak", True, (), 0, "reset_peak_memory_stats()", before)
+
+    def reset_stats(self) -> Event:
+        """``reset_peak_memory_stats()`` and ``reset_accumulated_memory_stats()``."""
+        before = self._read_before()
+        self.backend.reset_peak_memory_stats()
+        self.backend.reset_accumulated_memory_stats()
+        return self._record("reset_stats", True, (), 0, "reset peak and accumulated stats", before)
+
+    def observe(self, label: str = "outside the lab") -> Event | None:
+        """Record an ``"observe"`` event if memory changed since the last event (plain notebook code).
+
+        Returns the event, or None when nothing changed. The dashboard calls this after every cell.
+        """
+        now = dict(self.backend.memory_stats())
+        if now == self._last_stats:
+            return None
+        return self._record("observe", True, (), 0, label, self._last_stats, stats_after=now)
+
+    # -- what-if -----------------------------------------------------------------------------------
+
+    def explain_oom(self, event: Event | None = None, configs: tuple[str, ...] | None = None):
+        """Explain an OOM event (default: the last one): see :func:`memviz.oom.explain_oom`."""
+        from memviz.oom import explain_oom
+
+        if event is None:
+            ooms = [e for e in self.events if e.oom is not None]
+            if not ooms:
+                raise ValueError("no allocation has run out of memory in this lab yet")
+            event = ooms[-1]
+        if event.oom is None:
+            raise ValueError(f"event #{event.index} ({event.action}) is not an OOM")
+        return explain_oom(self, event, configs)
+
+    # -- internals -----------------------------------------------------------------------------------
+
+    def _request(self, size: Any, dtype: object) -> Request:
+        if isinstance(size, tuple | list):
+            return tensor_request(size, "float32" if dtype is None else dtype)
+        if dtype is not None:
+            raise ValueError(
+                f"dtype {dtype!r} goes with a shape: allocate((n, m), {dtype!r}); a size such as "
+                f"{size!r} is bytes and takes no dtype"
+            )
+        return size_request(size)
+
+    def _new_names(self, name: str | None, count: int) -> tuple[list[str], str | None]:
+        if name is None:
+            while f"t{self._auto_names}" in self._tensors or f"t{self._auto_names}" in self._groups:
+                self._auto_names += 1
+            name = f"t{self._auto_names}"
+            self._auto_names += 1
+        if not isinstance(name, str) or not name.strip() or "[" in name or "," in name:
+            raise ValueError(f"a name must be a non-empty string without '[' or ',', not {name!r}")
+        if name in self._tensors or name in self._groups:
+            raise ValueError(f"{name!r} is already in the lab; free it first or pick another name")
+        if count == 1:
+            return [name], None
+        return [f"{name}[{i}]" for i in range(count)], name
+
+    def _keep(self, name: str, group: str | None, request: Request, tensor: Any) -> None:
+        key = self._next_key
+        self._next_key += 1
+        self.ops.append(("malloc", key, request.nbytes, True))
+        weakref.finalize(tensor, self.ops.append, ("free", key))
+        self._tensors[name] = LabTensor(name, group, request, tensor, key)
+
+    def _drop(self, names: list[str], label: str) -> Event:
+        before = self._read_before()
+        nbytes = 0
+        for name in names:
+            entry = self._tensors.pop(name)
+            nbytes += entry.request.nbytes
+            if entry.group is not None:
+                members = self._groups[entry.group]
+                members.remove(name)
+                if not members:
+                    del self._groups[entry.group]
+            del entry
+        return self._record("free", True, tuple(names), nbytes, f"{label} ({len(names)} tensors)", before)
+
+    def _entry(self, name: str) -> LabTensor:
+        try:
+            return self._tensors[name]
+        except KeyError:
+            raise KeyError(self._unknown(name)) from None
+
+    def _unknown(self, name: object) -> str:
+        known = list(self._groups) + [n for n in self._tensors if self._tensors[n].group is None]
+        shown = ", ".join(map(repr, known[:10])) + (" ..." if len(known) > 10 else "")
+        return f"no tensor or group named {name!r} in the lab; it holds: {shown or 'nothing'}"
+
+    def _read_before(self) -> Mapping[str, int]:
+        """Stats before an action; memory changed by plain code since the last event is logged first."""
+        self.observe()
+        return self._last_stats
+
+    def _record(
+        self,
+        action: str,
+        ok: bool,
+        names: tuple[str, ...],
+        nbytes: int,
+        detail: str,
+        before: Mapping[str, int],
+        oom: OOMRecord | None = None,
+        stats_after: Mapping[str, int] | None = None,
+    ) -> Event:
+        after = dict(self.backend.memory_stats()) if stats_after is None else stats_after
+        event = Event(
+            len(self.events), time.perf_counter() - self._t0, action, ok, names, nbytes, detail, before, after, oom
+        )
+        self.events.append(event)
+        self._last_stats = after
+        return event
+
+    def __repr__(self) -> str:
+        return f"<Lab on {self.describe()}; {len(self._tensors)} tensors, {len(self.events)} events>"

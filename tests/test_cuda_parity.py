@@ -1,0 +1,31 @@
+"""On a real GPU, the lab gives the same stats on CUDA and on the simulator after every action.
+
+Each allocator config runs in its own process, because ``PYTORCH_CUDA_ALLOC_CONF`` is read when CUDA
+starts. Skipped without CUDA: CI has no GPU; run it on one (see README, "Checking on a real GPU").
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from memviz.backends import cuda_available
+
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU")]
+
+CONFIGS = ["", "expandable_segments:True", "max_split_size_mb:64",
+           "garbage_collection_threshold:0.6,max_split_size_mb:128", "roundup_power2_divisions:4"]  # fmt: skip
+
+
+@pytest.mark.parametrize("conf", CONFIGS, ids=lambda c: c or "default")
+def test_cuda_and_simulator_agree_after_every_action(conf):
+    env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=conf)
+    done = subprocess.run([sys.executable, "-m", "memviz.parity", "--cap", "2 GiB"], env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    report = json.loads(done.stdout)
+    print(json.dumps(report, indent=1))
+    assert report["ooms"][0] >= 2, "the script must hit OOM on the GPU"
+    assert report["oom_leaks"] == []
+    assert report["diffs"] == []
