@@ -7,7 +7,8 @@ recorded on an H200 (driver 580, CUDA 13; see tests/data/golden):
 
 - ``cudaMalloc`` works in 32 MiB-aligned chunks of virtual address space (``CHUNK``) handed out
   top-down: every new chunk sits below the ones already in use.
-- A request of less than one chunk goes to the lowest free address of a chunk already holding
+- A request of less than one chunk continues right after the previous ``cudaMalloc`` range when
+  that chunk still has room there. Otherwise it goes to the lowest free address of a chunk already holding
   smaller allocations when one has room (small segments pack upward inside a chunk); otherwise it
   opens the highest free chunk and starts at its bottom.
 - A request of a chunk or more is placed as high as possible, its start aligned down to a chunk.
@@ -42,6 +43,7 @@ class AddressSpace:
         self._live: dict[int, int] = {}  # ptr -> size of cudaMalloc ranges
         self._starts: list[int] = []  # sorted starts of live cudaMalloc ranges
         self._reserved: dict[int, int] = {}  # ptr -> size of reserved VA ranges
+        self._cursor = 0  # end of the last cudaMalloc range: the next small one continues there
 
     def _is_free(self, lo: int, hi: int) -> bool:
         starts = self._starts
@@ -52,10 +54,15 @@ class AddressSpace:
 
     def malloc(self, size: int) -> int:
         """Return the address ``cudaMalloc(size)`` would give (size in bytes, a multiple of 2 MiB)."""
+        cursor = self._cursor
         if size < CHUNK:
-            ptr = self._pack_small(size)
+            if cursor % CHUNK and cursor % CHUNK + size <= CHUNK and self._is_free(cursor, cursor + size):
+                ptr = cursor
+            else:
+                ptr = self._pack_small(size)
         else:
             ptr = self._place_high(size)
+        self._cursor = ptr + size
         self._live[ptr] = size
         insort(self._starts, ptr)
         return ptr
@@ -77,7 +84,7 @@ class AddressSpace:
             for t in starts[bisect_right(starts, base - 1):]:
                 if t >= end:
                     break
-                if t - pos >= size:
+                if t - pos >= size and self._is_free(pos, pos + size):
                     return pos
                 pos = max(pos, t + self._live[t])
             if end - pos >= size and self._is_free(pos, pos + size):
