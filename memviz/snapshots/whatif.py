@@ -1,0 +1,506 @@
+"""What if: replay a recorded job's allocations through :mod:`memviz.sim` under other allocator configs.
+
+The recorded ``device_traces`` fix the program's requests: every ``alloc`` (unrounded size) and every
+``free_completed``, in order. Replaying them through :class:`memviz.sim.CachingAllocator` with another
+``PYTORCH_CUDA_ALLOC_CONF`` (or another device size or memory cap) shows what that allocator would
+have reserved, whether it would have run out of memory, and how fragmented it would have left the
+cache. Blocks that were live when recording started (a model's parameters, see
+:class:`~memviz.snapshots.SnapshotHistory`) are allocated first, in address order.
+
+:func:`check_fidelity` replays under the recorded config and compares with the recording, event by
+event (reserved and allocated bytes) and at sampled events (the segments' sizes and block layouts):
+the what-if numbers are only as good as that match. All sizes are bytes.
+"""
+
+from __future__ import annotations
+
+import time
+from array import array
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import SnapshotError
+from .history import ACTIONS, SnapshotHistory, _progress
+
+__all__ = [
+    "FidelityReport",
+    "ReplayResult",
+    "WhatIfReport",
+    "check_fidelity",
+    "replay",
+    "what_if",
+]
+
+MiB = 1 << 20
+UNLIMITED_DEVICE_BYTES = 1 << 50  # default simulated device: 1 PiB, so only a cap can cause an OOM
+_ALLOC, _FREE, _OOM = 0, 1, 2
+_REQUEST_CODES = (ACTIONS.index("alloc"), ACTIONS.index("free_completed"), ACTIONS.index("oom"))
+
+
+def _as_history(source: Any, progress: bool | None) -> SnapshotHistory:
+    return source if isinstance(source, SnapshotHistory) else SnapshotHistory(source, progress=progress)
+
+
+def _fraction(device_total_bytes: int, cap_bytes: int | None, memory_fraction: float | None) -> float | None:
+    if cap_bytes is not None and memory_fraction is not None:
+        raise ValueError("give cap_bytes or memory_fraction, not both")
+    if cap_bytes is not None:
+        if not 0 < cap_bytes <= device_total_bytes:
+            raise ValueError(f"cap_bytes must be in (0, device_total_bytes={device_total_bytes}], got {cap_bytes}")
+        return cap_bytes / device_total_bytes
+    return memory_fraction
+
+
+@dataclass
+class ReplayResult:
+    """What one allocator config does with the recorded requests.
+
+    Attributes (bytes unless stated):
+        name: the label of this config in a :class:`WhatIfReport`.
+        alloc_conf: the ``PYTORCH_CUDA_ALLOC_CONF`` string replayed.
+        device_total_bytes: the simulated device's capacity.
+        allowed_bytes: the memory-fraction cap the simulator enforced, or None.
+        peak_reserved_bytes / peak_allocated_bytes: ``max_memory_reserved()`` / ``max_memory_allocated()``.
+        final_reserved_bytes / final_allocated_bytes: at the end of the replay.
+        num_ooms: allocations the simulator could not serve (recorded ``alloc``\\ s, and recorded
+            ``oom`` requests retried).
+        oom_event_indices: the trace indices of those events (the first is where the job would have died).
+        recorded_ooms_avoided: indices of recorded ``oom`` events whose request this config served.
+        num_device_alloc / num_device_free: cudaMalloc (or page map) / cudaFree (or unmap) calls.
+        num_alloc_retries: mallocs that had to free the whole cache and retry.
+        fragmentation: cached but unallocated share of reserved memory at the end,
+            ``(reserved - allocated) / reserved`` (0.0 when nothing is reserved).
+        fragmentation_at_peak: the same share at the moment of peak reserved.
+        largest_free_block_bytes: the largest cached free block at the end.
+        reserved_bytes / allocated_bytes: per-event totals (``array('q')``, aligned with the trace), or
+            None if the replay ran with ``timeline=False``.
+        seconds: wall time of the replay.
+        allocator: the simulator after the replay (export it with
+            :func:`~memviz.snapshots.dump_snapshot`).
+    """
+
+    name: str
+    alloc_conf: str
+    device_total_bytes: int
+    allowed_bytes: int | None
+    peak_reserved_bytes: int
+    peak_allocated_bytes: int
+    final_reserved_bytes: int
+    final_allocated_bytes: int
+    num_ooms: int
+    oom_event_indices: list[int]
+    recorded_ooms_avoided: list[int]
+    num_device_alloc: int
+    num_device_free: int
+    num_alloc_retries: int
+    fragmentation: float
+    fragmentation_at_peak: float
+    largest_free_block_bytes: int
+    reserved_bytes: array | None
+    allocated_bytes: array | None
+    seconds: float
+    allocator: Any = field(repr=False)
+
+    def summary(self) -> dict[str, Any]:
+        """Return the scalar results as a flat dict (bytes; for tables and widgets)."""
+        return {
+            "name": self.name, "alloc_conf": self.alloc_conf,
+            "peak_reserved_bytes": self.peak_reserved_bytes, "peak_allocated_bytes": self.peak_allocated_bytes,
+            "final_reserved_bytes": self.final_reserved_bytes,
+            "final_allocated_bytes": self.final_allocated_bytes, "num_ooms": self.num_ooms,
+            "first_oom_event": self.oom_event_indices[0] if self.oom_event_indices else None,
+            "recorded_ooms_avoided": len(self.recorded_ooms_avoided),
+            "num_device_alloc": self.num_device_alloc, "num_device_free": self.num_device_free,
+            "num_alloc_retries": self.num_alloc_retries, "fragmentation": self.fragmentation,
+            "fragmentation_at_peak": self.fragmentation_at_peak,
+            "largest_free_block_bytes": self.largest_free_block_bytes,
+        }
+
+
+def _compile(history: SnapshotHistory) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Return (kind, key, size, event index) lists: the requests to replay, in order."""
+    kinds: list[int] = []
+    keys: list[int] = []
+    sizes: list[int] = []
+    where: list[int] = []
+    for b in history.initial_blocks:
+        kinds.append(_ALLOC)
+        keys.append(b.address)
+        sizes.append(b.requested_size)
+        where.append(-1)
+    for i, e in enumerate(history.events):
+        action = e["action"]
+        if action == "alloc":
+            kinds.append(_ALLOC)
+        elif action == "free_completed":
+            kinds.append(_FREE)
+        elif action == "oom":
+            kinds.append(_OOM)
+        else:
+            continue
+        keys.append(e.get("addr", 0))
+        sizes.append(e["size"])
+        where.append(i)
+    return kinds, keys, sizes, where
+
+
+def replay(
+    source: Any,
+    alloc_conf: str = "",
+    *,
+    name: str | None = None,
+    device_total_bytes: int | None = None,
+    cap_bytes: int | None = None,
+    memory_fraction: float | None = None,
+    context_bytes: int = 0,
+    timeline: bool = True,
+    record_history: bool = False,
+    progress: bool | None = None,
+    _probe: Any = None,
+) -> ReplayResult:
+    """Replay the recorded requests through ``CachingAllocator(…, alloc_conf)`` and measure the result.
+
+    Args:
+        source: a :class:`SnapshotHistory`, or anything :func:`load_snapshot` takes.
+        alloc_conf: the ``PYTORCH_CUDA_ALLOC_CONF`` to try (default: "", torch's defaults).
+        name: label for reports (default: ``alloc_conf`` or ``"default"``).
+        device_total_bytes: simulated device capacity in bytes (default: 1 PiB, i.e. no device limit).
+        cap_bytes: cap the process at this many bytes, as ``set_per_process_memory_fraction(cap/total)``
+            does (default: None).
+        memory_fraction: or give the fraction itself (default: None, no cap).
+        context_bytes: bytes held outside the cache on the device (default: 0).
+        timeline: keep per-event reserved/allocated arrays (default: True).
+        record_history: let the simulator keep its own trace, for export (default: False, faster).
+        progress: ``tqdm.auto`` bar; None shows one from 50,000 requests (default: None).
+
+    Runtime complexity: O(n) simulator calls for n recorded events.
+    """
+    from memviz.sim import CachingAllocator, OutOfMemoryError
+
+    history = _as_history(source, progress)
+    total = device_total_bytes if device_total_bytes is not None else UNLIMITED_DEVICE_BYTES
+    fraction = _fraction(total, cap_bytes, memory_fraction)
+    sim = CachingAllocator(total, fraction, alloc_conf, context_bytes=context_bytes,
+                           record_history=record_history)
+    kinds, keys, sizes, where = _compile(history)
+    n_events = len(history.events)
+    reserved = array("q", bytes(8 * n_events)) if timeline else None
+    allocated = array("q", bytes(8 * n_events)) if timeline else None
+    live: dict[int, int] = {}  # recorded address -> simulator address
+    ooms: list[int] = []
+    avoided: list[int] = []
+    malloc, free = sim.malloc, sim.free
+    mem_reserved, mem_allocated = sim.memory_reserved, sim.memory_allocated
+    peak_seen = -1
+    frag_at_peak = 0.0
+    bar = _progress(len(kinds), progress, f"replaying {name or alloc_conf or 'default'}")
+    step = 4096
+    last_event = 0
+    prev_r = prev_a = 0
+    start = time.perf_counter()
+    for j, kind in enumerate(kinds):
+        if bar is not None and j % step == 0 and j:
+            bar.update(step)
+        if kind == _ALLOC:
+            try:
+                live[keys[j]] = malloc(sizes[j])
+            except OutOfMemoryError:
+                ooms.append(where[j])
+        elif kind == _FREE:
+            ptr = live.pop(keys[j], None)
+            if ptr is not None:
+                free(ptr)
+        else:
+            try:
+                free(malloc(sizes[j]))
+                avoided.append(where[j])
+            except OutOfMemoryError:
+                ooms.append(where[j])
+        r = mem_reserved()
+        if r > peak_seen:
+            peak_seen = r
+            frag_at_peak = (r - mem_allocated()) / r if r else 0.0
+        i = where[j]
+        if timeline and i >= 0:
+            assert reserved is not None and allocated is not None
+            for k in range(last_event, i):  # events between requests change nothing in the simulator
+                reserved[k] = prev_r
+                allocated[k] = prev_a
+            prev_r = reserved[i] = r
+            prev_a = allocated[i] = mem_allocated()
+            last_event = i + 1
+        if _probe is not None and i >= 0:
+            _probe(i, sim)
+    seconds = time.perf_counter() - start
+    if bar is not None:
+        bar.update(len(kinds) - bar.n)
+        bar.close()
+    if timeline and reserved is not None and allocated is not None:
+        r, a = mem_reserved(), mem_allocated()
+        for k in range(last_event, n_events):
+            reserved[k] = r
+            allocated[k] = a
+    stats = sim.memory_stats()
+    final_r, final_a = stats["reserved_bytes.all.current"], stats["allocated_bytes.all.current"]
+    largest_free = 0
+    for seg in _segments_quietly(sim):
+        for b in seg["blocks"]:
+            if b["state"] == "inactive" and b["size"] > largest_free:
+                largest_free = b["size"]
+    return ReplayResult(
+        name=name or alloc_conf or "default",
+        alloc_conf=alloc_conf,
+        device_total_bytes=total,
+        allowed_bytes=sim.allowed_memory_bytes,
+        peak_reserved_bytes=stats["reserved_bytes.all.peak"],
+        peak_allocated_bytes=stats["allocated_bytes.all.peak"],
+        final_reserved_bytes=final_r,
+        final_allocated_bytes=final_a,
+        num_ooms=len(ooms),
+        oom_event_indices=ooms,
+        recorded_ooms_avoided=avoided,
+        num_device_alloc=stats["num_device_alloc"],
+        num_device_free=stats["num_device_free"],
+        num_alloc_retries=stats["num_alloc_retries"],
+        fragmentation=(final_r - final_a) / final_r if final_r else 0.0,
+        fragmentation_at_peak=frag_at_peak,
+        largest_free_block_bytes=largest_free,
+        reserved_bytes=reserved,
+        allocated_bytes=allocated,
+        seconds=seconds,
+        allocator=sim,
+    )
+
+
+def _segments_quietly(sim: Any) -> list[dict[str, Any]]:
+    """``sim.snapshot()["segments"]`` without leaving a ``snapshot`` entry in the simulator's trace."""
+    from memviz.sim.snapshot import build_snapshot
+
+    return build_snapshot(sim)["segments"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Fidelity
+
+
+def _signature(segments: Iterable[Mapping[str, Any]]) -> list[tuple]:
+    """Segments without addresses: sorted (type, size, expandable, ((block size, state), …))."""
+    return sorted(
+        (s["segment_type"], s["total_size"], bool(s.get("is_expandable")),
+         tuple((b["size"], b["state"]) for b in s["blocks"]))
+        for s in segments
+    )
+
+
+@dataclass
+class FidelityReport:
+    """How well replaying under the recorded config reproduces the recording.
+
+    Attributes:
+        alloc_conf: the recorded config, as a ``PYTORCH_CUDA_ALLOC_CONF`` string.
+        events_compared: events at which reserved and allocated bytes were compared: every request
+            (``alloc``, ``free_completed``, ``oom``), right after it.
+        reserved_matches / allocated_matches: how many of those agreed exactly.
+        first_reserved_mismatch / first_allocated_mismatch: the first event index that disagreed, or None.
+        states_compared / states_matching: sampled events at which the segments (sizes, block sizes
+            and states; addresses differ by design) were compared, and how many matched.
+        first_state_mismatch: the first sampled event whose segments differed, or None.
+        recorded_peak_reserved_bytes / replayed_peak_reserved_bytes: the two peaks.
+        result: the replay itself.
+    """
+
+    alloc_conf: str
+    events_compared: int
+    reserved_matches: int
+    allocated_matches: int
+    first_reserved_mismatch: int | None
+    first_allocated_mismatch: int | None
+    states_compared: int
+    states_matching: int
+    first_state_mismatch: int | None
+    recorded_peak_reserved_bytes: int
+    replayed_peak_reserved_bytes: int
+    result: ReplayResult = field(repr=False)
+
+    @property
+    def exact(self) -> bool:
+        """True when every compared event and every sampled state matched."""
+        return (self.reserved_matches == self.allocated_matches == self.events_compared
+                and self.states_matching == self.states_compared)
+
+    def describe(self) -> str:
+        """Return one line saying how well the replay matched."""
+        if self.exact:
+            return (f"replay under the recorded config ({self.alloc_conf or 'default'}) reproduces the recording "
+                    f"exactly: {self.events_compared} events, {self.states_compared} sampled segment states")
+        return (f"replay under the recorded config ({self.alloc_conf or 'default'}): reserved bytes match at "
+                f"{self.reserved_matches}/{self.events_compared} events (first mismatch at event "
+                f"{self.first_reserved_mismatch}), segment states at {self.states_matching}/"
+                f"{self.states_compared} sampled events (first mismatch at {self.first_state_mismatch})")
+
+
+def check_fidelity(
+    source: Any,
+    *,
+    device_total_bytes: int | None = None,
+    cap_bytes: int | None = None,
+    memory_fraction: float | None = None,
+    samples: int = 24,
+    progress: bool | None = None,
+) -> FidelityReport:
+    """Replay under the recorded config and compare with the recording (see :class:`FidelityReport`).
+
+    Args:
+        source: a :class:`SnapshotHistory`, or anything :func:`load_snapshot` takes.
+        device_total_bytes, cap_bytes, memory_fraction: the simulated device, as for :func:`replay`.
+        samples: how many evenly spaced requests (plus the last) to compare segment by segment
+            (default: 24).
+        progress: ``tqdm.auto`` bar (default: None, automatic).
+    """
+    history = _as_history(source, progress)
+    conf = history.settings.alloc_conf()
+    tl = history.timeline
+    requests = [i for i, c in enumerate(tl.action) if c in _REQUEST_CODES]
+    samples = max(samples, 1)
+    sample_set = {requests[(k * len(requests)) // samples] for k in range(samples)} if requests else set()
+    if requests:
+        sample_set.add(requests[-1])
+    state = {"compared": 0, "matching": 0, "first": None}
+
+    def probe(i: int, sim: Any) -> None:
+        if i in sample_set:
+            sample_set.discard(i)
+            state["compared"] += 1
+            if _signature(_segments_quietly(sim)) == _signature(history.state_at(i)):
+                state["matching"] += 1
+            elif state["first"] is None:
+                state["first"] = i
+
+    result = replay(history, conf, name="recorded", device_total_bytes=device_total_bytes, cap_bytes=cap_bytes,
+                    memory_fraction=memory_fraction, progress=progress, _probe=probe)
+    assert result.reserved_bytes is not None and result.allocated_bytes is not None
+    compared = r_ok = a_ok = 0
+    first_r = first_a = None
+    for i in requests:
+        compared += 1
+        if result.reserved_bytes[i] == tl.reserved_bytes[i]:
+            r_ok += 1
+        elif first_r is None:
+            first_r = i
+        if result.allocated_bytes[i] == tl.allocated_bytes[i]:
+            a_ok += 1
+        elif first_a is None:
+            first_a = i
+    return FidelityReport(
+        alloc_conf=conf,
+        events_compared=compared,
+        reserved_matches=r_ok,
+        allocated_matches=a_ok,
+        first_reserved_mismatch=first_r,
+        first_allocated_mismatch=first_a,
+        states_compared=state["compared"],
+        states_matching=state["matching"],
+        first_state_mismatch=state["first"],
+        recorded_peak_reserved_bytes=max(tl.reserved_bytes, default=tl.initial["reserved_bytes"]),
+        replayed_peak_reserved_bytes=result.peak_reserved_bytes,
+        result=result,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Side by side
+
+
+@dataclass
+class WhatIfReport:
+    """Several configs replayed on the same recorded requests, plus the fidelity check.
+
+    Attributes:
+        results: one :class:`ReplayResult` per config, by name, in the order given.
+        fidelity: the recorded-config check (:func:`check_fidelity`), or None if skipped.
+        recorded_peak_reserved_bytes / recorded_peak_allocated_bytes: what the recording itself shows.
+    """
+
+    results: dict[str, ReplayResult]
+    fidelity: FidelityReport | None
+    recorded_peak_reserved_bytes: int
+    recorded_peak_allocated_bytes: int
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Return :meth:`ReplayResult.summary` for every config, in order (for a table widget)."""
+        return [r.summary() for r in self.results.values()]
+
+    def table(self) -> str:
+        """Return a plain-text side-by-side table (MiB, counts, percent)."""
+        head = (f"{'config':<44} {'peak reserved':>14} {'peak alloc':>11} {'OOMs':>5} {'first OOM':>9} "
+                f"{'cudaMalloc':>10} {'cudaFree':>8} {'frag@peak':>9}")
+        lines = [head, "-" * len(head)]
+        lines.append(f"{'(recorded)':<44} {self.recorded_peak_reserved_bytes / MiB:>10.0f} MiB "
+                     f"{self.recorded_peak_allocated_bytes / MiB:>7.0f} MiB")
+        for r in self.results.values():
+            first = r.oom_event_indices[0] if r.oom_event_indices else "-"
+            label = r.name if r.name == (r.alloc_conf or "default") else f"{r.name}: {r.alloc_conf or 'default'}"
+            lines.append(
+                f"{label[:44]:<44} {r.peak_reserved_bytes / MiB:>10.0f} MiB {r.peak_allocated_bytes / MiB:>7.0f} MiB "
+                f"{r.num_ooms:>5} {first!s:>9} {r.num_device_alloc:>10} {r.num_device_free:>8} "
+                f"{100 * r.fragmentation_at_peak:>8.1f}%"
+            )
+        if self.fidelity is not None:
+            lines.append(self.fidelity.describe())
+        return "\n".join(lines)
+
+
+def what_if(
+    source: Any,
+    configs: Mapping[str, str] | Iterable[str] = ("expandable_segments:True",),
+    *,
+    device_total_bytes: int | None = None,
+    cap_bytes: int | None = None,
+    memory_fraction: float | None = None,
+    check: bool = True,
+    progress: bool | None = None,
+) -> WhatIfReport:
+    """Replay the recorded requests under each config and compare them side by side.
+
+    The recorded config (from ``allocator_settings``) is replayed first as ``"recorded"``, with the
+    fidelity check (``check=True``), then every config in ``configs``.
+
+    Args:
+        source: a :class:`SnapshotHistory`, or anything :func:`load_snapshot` takes.
+        configs: ``PYTORCH_CUDA_ALLOC_CONF`` strings, or a mapping name → string
+            (default: ``("expandable_segments:True",)``).
+        device_total_bytes, cap_bytes, memory_fraction: the simulated device, as for :func:`replay`.
+        check: run :func:`check_fidelity` for the recorded config (default: True).
+        progress: ``tqdm.auto`` bars (default: None, automatic).
+
+    Raises:
+        SnapshotError: the snapshot has no ``device_traces`` to replay.
+
+    >>> report = what_if("tests/data/snapshots/train_snapshot.pickle", progress=False)  # doctest: +SKIP
+    >>> print(report.table())  # doctest: +SKIP
+    """
+    history = _as_history(source, progress)
+    if not history.events:
+        raise SnapshotError("the snapshot has no device_traces to replay; record it with "
+                            "torch.cuda.memory._record_memory_history() before running the job")
+    named = dict(configs) if isinstance(configs, Mapping) else {c or "default": c for c in configs}
+    device = {"device_total_bytes": device_total_bytes, "cap_bytes": cap_bytes,
+              "memory_fraction": memory_fraction}
+    results: dict[str, ReplayResult] = {}
+    fidelity = None
+    if check:
+        fidelity = check_fidelity(history, progress=progress, **device)
+        results["recorded"] = fidelity.result
+    else:
+        results["recorded"] = replay(history, history.settings.alloc_conf(), name="recorded",
+                                     progress=progress, **device)
+    for label, conf in named.items():
+        results[label] = replay(history, conf, name=label, progress=progress, **device)
+    tl = history.timeline
+    return WhatIfReport(
+        results=results,
+        fidelity=fidelity,
+        recorded_peak_reserved_bytes=max(tl.reserved_bytes, default=tl.initial["reserved_bytes"]),
+        recorded_peak_allocated_bytes=max(tl.allocated_bytes, default=tl.initial["allocated_bytes"]),
+    )
