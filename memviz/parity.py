@@ -79,6 +79,7 @@ def compare(first: Lab, second: Lab, script: Callable[[Lab], None] = lab_script)
         "events": [len(first.events), len(second.events)],
         "ooms": [sum(not e.ok for e in first.events), sum(not e.ok for e in second.events)],
         "matching_events": len(first.events) - len(diffs),
+        "churn_starts_at": next((e.index for e in first.events if e.action == "reset_stats"), None),
         "diffs": diffs[:20],
         "oom_leaks": oom_leaks,
     }

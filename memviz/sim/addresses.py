@@ -43,6 +43,8 @@ class AddressSpace:
         self._live: dict[int, int] = {}  # ptr -> size of cudaMalloc ranges
         self._starts: list[int] = []  # sorted starts of live cudaMalloc ranges
         self._reserved: dict[int, int] = {}  # ptr -> size of reserved VA ranges
+        self._chunks: list[int] = []  # sorted bases of chunks holding smaller-than-chunk ranges
+        self._chunk_free: dict[int, int] = {}  # chunk base -> bytes not used by those ranges
         self._cursor = 0  # end of the last cudaMalloc range: the next small one continues there
 
     def _is_free(self, lo: int, hi: int) -> bool:
@@ -65,34 +67,38 @@ class AddressSpace:
         self._cursor = ptr + size
         self._live[ptr] = size
         insort(self._starts, ptr)
+        if size < CHUNK:
+            base = ptr - ptr % CHUNK
+            if base not in self._chunk_free:
+                insort(self._chunks, base)
+                self._chunk_free[base] = CHUNK
+            self._chunk_free[base] -= size
         return ptr
 
     def _pack_small(self, size: int) -> int:
-        # chunks already holding small allocations, lowest address first
+        # chunks already holding smaller-than-chunk ranges, lowest address first
+        live = self._live
         starts = self._starts
-        seen = set()
-        for s in starts:
-            n = self._live[s]
-            if n >= CHUNK:
+        chunk_free = self._chunk_free
+        for base in self._chunks:
+            if chunk_free[base] < size:
                 continue
-            base = s - s % CHUNK
-            if base in seen:
-                continue
-            seen.add(base)
             pos = base
             end = base + CHUNK
-            for t in starts[bisect_right(starts, base - 1):]:
-                if t >= end:
-                    break
-                if t - pos >= size and self._is_free(pos, pos + size):
+            i = bisect_right(starts, base) - 1
+            if i >= 0 and starts[i] + live[starts[i]] > pos:
+                pos = starts[i] + live[starts[i]]
+                i += 1
+            else:
+                i += 1
+            n = len(starts)
+            while pos + size <= end:
+                nxt = starts[i] if i < n else end
+                if nxt >= pos + size:
                     return pos
-                pos = max(pos, t + self._live[t])
-            if end - pos >= size and self._is_free(pos, pos + size):
-                return pos
-        base = MALLOC_TOP - CHUNK
-        while not self._is_free(base, base + CHUNK):
-            base -= CHUNK
-        return base
+                pos = max(pos, nxt + live[nxt])
+                i += 1
+        return self._place_high(CHUNK)  # open the highest free chunk
 
     def _place_high(self, size: int) -> int:
         starts = self._starts
@@ -107,9 +113,15 @@ class AddressSpace:
 
     def free(self, ptr: int) -> None:
         """Give back the range that ``malloc`` returned at ``ptr``."""
-        del self._live[ptr]
+        size = self._live.pop(ptr)
         starts = self._starts
         del starts[bisect_right(starts, ptr) - 1]
+        if size < CHUNK:
+            base = ptr - ptr % CHUNK
+            self._chunk_free[base] += size
+            if self._chunk_free[base] == CHUNK:
+                del self._chunk_free[base]
+                del self._chunks[bisect_left(self._chunks, base)]
 
     def reserve(self, size: int) -> int:
         """Return the base of a new reserved VA range of ``size`` bytes (lowest chunk-aligned gap)."""

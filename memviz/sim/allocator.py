@@ -102,6 +102,10 @@ class CachingAllocator:
         self.record_history = record_history
         self._clock = clock
         self._trace: list[tuple] = []
+        # trace_append(entry) records one (action, addr, size[, time_us]) tuple; None when not recording
+        self._trace_append: Callable[[tuple], None] | None = None
+        if record_history:
+            self._trace_append = self._trace.append if clock is None else self._append_timed
         self._address_space = AddressSpace()
         self.stats = DeviceStats(cfg.max_split_size)
         self.small_blocks = BlockPool(True, SMALL_POOL)
@@ -200,9 +204,13 @@ class CachingAllocator:
 
     # ------------------------------------------------------------------ trace
 
+    def _append_timed(self, entry: tuple) -> None:
+        self._trace.append((*entry, self._clock()))
+
     def _record(self, action: str, addr: int, size: int) -> None:
-        clock = self._clock
-        self._trace.append((action, addr, size) if clock is None else (action, addr, size, clock()))
+        trace_append = self._trace_append
+        if trace_append is not None:
+            trace_append((action, addr, size))
 
     # ------------------------------------------------------------------ sizes
 
@@ -256,9 +264,14 @@ class CachingAllocator:
         if size >= ONE_EXA_BYTES:
             raise OutOfMemoryError("CUDA out of memory. Tried to allocate more than 1EB memory.",
                                    requested_bytes=size)
-        rounded = self.round_size(size)
-        pool = self.small_blocks if rounded <= SMALL_SIZE else self.large_blocks
-        p = _AllocParams(rounded, pool, self.get_allocation_size(rounded))
+        if self._divisions is None:
+            rounded = -(-size // MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE  # round_size, inlined
+        else:
+            rounded = self.round_size(size)
+        if rounded <= SMALL_SIZE:  # get_pool and get_allocation_size, inlined
+            p = _AllocParams(rounded, self.small_blocks, SMALL_BUFFER)
+        else:
+            p = _AllocParams(rounded, self.large_blocks, self.get_allocation_size(rounded))
         if not self.get_free_block(p):
             if self._gc_active:
                 self.garbage_collect_cached_blocks()
@@ -359,8 +372,7 @@ class CachingAllocator:
         if alloc_size >= self._max_split_size:
             increase_stat(stats.oversize_segments, 1)
         stats.num_device_alloc += 1
-        if self.record_history:
-            self._record("segment_alloc", ptr, alloc_size)
+        self._record("segment_alloc", ptr, alloc_size)
         p.block = block
         return True
 
@@ -415,24 +427,47 @@ class CachingAllocator:
         block.requested_size = orig_size
         ptr = block.ptr
         self._active_blocks[ptr] = block
-        if self.record_history:
-            self._record("alloc", ptr, orig_size)
+        trace_append = self._trace_append
+        if trace_append is not None:
+            trace_append(("alloc", ptr, orig_size))
         bsize = block.size
         # increase_stat, inlined: allocation (== active), allocated_bytes (== active_bytes), requested_bytes
-        for arr, amount in ((stats.allocation, 1), (stats.allocated_bytes, bsize),
-                            (stats.requested_bytes, orig_size)):
-            s = arr[AGGREGATE]
-            c = s[0] + amount
-            s[0] = c
-            if c > s[1]:
-                s[1] = c
-            s[2] += amount
-            s = arr[st]
-            c = s[0] + amount
-            s[0] = c
-            if c > s[1]:
-                s[1] = c
-            s[2] += amount
+        s = stats.allocation[AGGREGATE]
+        c = s[0] + 1
+        s[0] = c
+        if c > s[1]:
+            s[1] = c
+        s[2] += 1
+        s = stats.allocation[st]
+        c = s[0] + 1
+        s[0] = c
+        if c > s[1]:
+            s[1] = c
+        s[2] += 1
+        s = stats.allocated_bytes[AGGREGATE]
+        c = s[0] + bsize
+        s[0] = c
+        if c > s[1]:
+            s[1] = c
+        s[2] += bsize
+        s = stats.allocated_bytes[st]
+        c = s[0] + bsize
+        s[0] = c
+        if c > s[1]:
+            s[1] = c
+        s[2] += bsize
+        s = stats.requested_bytes[AGGREGATE]
+        c = s[0] + orig_size
+        s[0] = c
+        if c > s[1]:
+            s[1] = c
+        s[2] += orig_size
+        s = stats.requested_bytes[st]
+        c = s[0] + orig_size
+        s[0] = c
+        if c > s[1]:
+            s[1] = c
+        s[2] += orig_size
         if bsize >= self._max_split_size:
             increase_stat(stats.oversize_allocations, 1)
         return ptr
@@ -475,8 +510,9 @@ class CachingAllocator:
         s = stats.allocated_bytes[st]
         s[0] -= bsize
         s[3] += bsize
-        if self.record_history:
-            self._record("free_requested", ptr, block.requested_size)
+        trace_append = self._trace_append
+        if trace_append is not None:
+            trace_append(("free_requested", ptr, block.requested_size))
         if bsize >= self._max_split_size:
             decrease_stat(stats.oversize_allocations, 1)
         self.free_block(block)
@@ -486,8 +522,9 @@ class CachingAllocator:
 
     def free_block(self, block: Block) -> None:
         """Return a freed block to its pool, merging it with free neighbours (``free_block``)."""
-        if self.record_history:
-            self._record("free_completed", block.ptr, block.requested_size)
+        trace_append = self._trace_append
+        if trace_append is not None:
+            trace_append(("free_completed", block.ptr, block.requested_size))
         segment = block.segment
         pool = segment.pool
         req = block.requested_size
@@ -596,8 +633,7 @@ class CachingAllocator:
         stats.num_device_free += 1
         size = block.size
         ptr = block.ptr
-        if self.record_history:
-            self._record("segment_free", ptr, size)
+        self._record("segment_free", ptr, size)
         self._address_space.free(ptr)
         del self._segments[ptr]
         self.total_allocated_memory -= size
@@ -763,8 +799,7 @@ class CachingAllocator:
         increase_stat(stats.reserved_bytes[AGGREGATE], mapped_size)
         increase_stat(stats.reserved_bytes[pool.stat_type], mapped_size)
         stats.num_device_alloc += 1
-        if self.record_history:
-            self._record("segment_map", map_ptr, mapped_size)
+        self._record("segment_map", map_ptr, mapped_size)
         return True
 
     def unmap_block(self, block: Block) -> None:
@@ -810,8 +845,7 @@ class CachingAllocator:
         decrease_stat(stats.reserved_bytes[AGGREGATE], unmapped_size)
         decrease_stat(stats.reserved_bytes[pool.stat_type], unmapped_size)
         stats.num_device_free += 1
-        if self.record_history:
-            self._record("segment_unmap", begin, unmapped_size)
+        self._record("segment_unmap", begin, unmapped_size)
 
     def release_expandable_segment(self, block: Block) -> None:
         """Drop an expandable segment whose pages are all unmapped (``release_expandable_segment``)."""
@@ -825,8 +859,7 @@ class CachingAllocator:
     def _raise_oom(self, p: _AllocParams, orig_size: int) -> None:
         stats = self.stats
         device_free = self.device_free_bytes()
-        if self.record_history:
-            self._record("oom", device_free, p.size)
+        self._record("oom", device_free, p.size)
         stats.num_ooms += 1
         allocated = stats.allocated_bytes[AGGREGATE][0]
         reserved = stats.reserved_bytes[AGGREGATE][0]
@@ -860,8 +893,7 @@ class CachingAllocator:
         """
         from .snapshot import build_snapshot
 
-        if self.record_history:
-            self._record("snapshot", 0, self.stats.allocated_bytes[AGGREGATE][0])
+        self._record("snapshot", 0, self.stats.allocated_bytes[AGGREGATE][0])
         return build_snapshot(self)
 
     def memory_summary(self, abbreviated: bool = False) -> str:

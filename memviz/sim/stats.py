@@ -29,8 +29,6 @@ __all__ = [
 
 CURRENT, PEAK, ALLOCATED, FREED = 0, 1, 2, 3
 AGGREGATE, SMALL_POOL, LARGE_POOL = 0, 1, 2  # StatType::AGGREGATE, SMALL_POOL, LARGE_POOL
-_TYPE_NAMES = ("all", "small_pool", "large_pool")
-_FIELD_NAMES = ("current", "peak", "allocated", "freed")
 
 # StatArray families: COUNT = number of blocks/segments, SUM = bytes.
 ARRAY_FAMILIES = (
@@ -98,19 +96,6 @@ class DeviceStats:
         self.num_ooms = 0
         self.num_sync_all_streams = 0
 
-    def _arrays(self) -> dict[str, tuple[list[int], list[int], list[int]]]:
-        return {
-            "active": self.allocation,
-            "active_bytes": self.allocated_bytes,
-            "allocated_bytes": self.allocated_bytes,
-            "allocation": self.allocation,
-            "inactive_split": self.inactive_split,
-            "inactive_split_bytes": self.inactive_split_bytes,
-            "requested_bytes": self.requested_bytes,
-            "reserved_bytes": self.reserved_bytes,
-            "segment": self.segment,
-        }
-
     def _all_stats(self) -> list[list[int]]:
         stats = [s for name in ("allocation", "allocated_bytes", "inactive_split", "inactive_split_bytes",
                                 "requested_bytes", "reserved_bytes", "segment")
@@ -131,26 +116,40 @@ class DeviceStats:
 
     def as_dict(self) -> dict[str, int]:
         """Return the flat, key-sorted dict that ``torch.cuda.memory_stats()`` returns (122 keys in 2.11)."""
-        out: dict[str, int] = {}
-        for name, arr in self._arrays().items():
+        values: list[int] = []
+        for arr in (self.allocation, self.allocated_bytes, self.allocated_bytes, self.allocation,
+                    self.inactive_split, self.inactive_split_bytes):
             for t in (AGGREGATE, LARGE_POOL, SMALL_POOL):
                 s = arr[t]
-                prefix = f"{name}.{_TYPE_NAMES[t]}."
-                out[prefix + "allocated"] = s[2]
-                out[prefix + "current"] = s[0]
-                out[prefix + "freed"] = s[3]
-                out[prefix + "peak"] = s[1]
-        for name in OVERSIZE_FAMILIES:
-            s = getattr(self, name)
-            out[name + ".allocated"] = s[2]
-            out[name + ".current"] = s[0]
-            out[name + ".freed"] = s[3]
-            out[name + ".peak"] = s[1]
-        for name in SCALARS:
-            out[name] = getattr(self, name)
-        return dict(sorted(out.items()))
+                values += (s[2], s[0], s[3], s[1])
+        values += (self.max_split_size, self.num_alloc_retries, self.num_device_alloc, self.num_device_free,
+                   self.num_ooms, self.num_sync_all_streams)
+        for s in (self.oversize_allocations, self.oversize_segments):
+            values += (s[2], s[0], s[3], s[1])
+        for arr in (self.requested_bytes, self.reserved_bytes, self.segment):
+            for t in (AGGREGATE, LARGE_POOL, SMALL_POOL):
+                s = arr[t]
+                values += (s[2], s[0], s[3], s[1])
+        return dict(zip(_KEYS, values, strict=True))
+
+
+def _sorted_keys() -> tuple[str, ...]:
+    keys = []
+    for name in ARRAY_FAMILIES[:6]:
+        keys += [f"{name}.{t}.{f}" for t in ("all", "large_pool", "small_pool")
+                 for f in ("allocated", "current", "freed", "peak")]
+    keys += SCALARS
+    keys += [f"{name}.{f}" for name in OVERSIZE_FAMILIES for f in ("allocated", "current", "freed", "peak")]
+    for name in ARRAY_FAMILIES[6:]:
+        keys += [f"{name}.{t}.{f}" for t in ("all", "large_pool", "small_pool")
+                 for f in ("allocated", "current", "freed", "peak")]
+    assert keys == sorted(keys) and len(keys) == 122
+    return tuple(keys)
+
+
+_KEYS = _sorted_keys()  # torch 2.11's 122 keys, in memory_stats() (sorted) order
 
 
 def stat_keys() -> list[str]:
     """Return the 122 sorted keys of ``torch.cuda.memory_stats()`` in torch 2.9-2.11."""
-    return list(DeviceStats(-1).as_dict())
+    return list(_KEYS)

@@ -1,29 +1,43 @@
 """Load, scrub, replay and export PyTorch CUDA memory snapshots (``torch.cuda.memory._snapshot()``).
 
 - :func:`load_snapshot` reads a ``_dump_snapshot()`` pickle with an unpickler that runs no code.
-- :class:`SnapshotHistory` rebuilds the segments and blocks at any event of ``device_traces``.
-- :func:`what_if` replays the recorded allocations through :mod:`memviz.sim` under other configs.
-- :func:`dump_snapshot` writes any simulated state or replay as a pickle PyTorch's tools read.
+- :class:`SnapshotHistory` rebuilds the segments and blocks at any event of ``device_traces``
+  (``state_at(i)``) and a per-event timeline of allocated/active/reserved bytes.
+- :func:`what_if` replays the recorded requests through :mod:`memviz.sim` under other configs,
+  after :func:`check_fidelity` has replayed them under the recorded one.
+- :func:`dump_snapshot` writes any simulated state, replay or rebuilt state as a protocol-4 pickle
+  that ``torch.cuda._memory_viz`` and pytorch.org/memory_viz read.
 
 All sizes are bytes.
 """
 
 from .errors import SnapshotError
+from .export import dump_snapshot, dumps_snapshot, to_snapshot
 from .history import ACTIONS, InitialBlock, SnapshotHistory, Timeline, compare_segments
 from .load import load_snapshot, loads_snapshot, validate_snapshot
 from .settings import RecordedSettings, alloc_conf_from_settings, settings_from_snapshot
+from .whatif import FidelityReport, ReplayResult, WhatIfReport, check_fidelity, replay, what_if
 
 __all__ = [
     "ACTIONS",
+    "FidelityReport",
     "InitialBlock",
     "RecordedSettings",
+    "ReplayResult",
     "SnapshotError",
     "SnapshotHistory",
     "Timeline",
+    "WhatIfReport",
     "alloc_conf_from_settings",
+    "check_fidelity",
     "compare_segments",
+    "dump_snapshot",
+    "dumps_snapshot",
     "load_snapshot",
     "loads_snapshot",
+    "replay",
     "settings_from_snapshot",
+    "to_snapshot",
     "validate_snapshot",
+    "what_if",
 ]
