@@ -1,0 +1,135 @@
+"""Replay the H200 golden traces (tests/data/golden) through memviz.sim, op by op.
+
+The pytest form of ``golden_check.py``: after every op all 122 recorded stats must be equal, every
+alloc must succeed or fail as on the GPU, and every snapshot must have the same layout (segment
+sizes and types, block sizes and states; addresses ignored). Where the hardware did not reproduce
+itself (roundup4's ``random-*`` recordings diverge from their reruns), a trace must match as far as
+the hardware agreed with its own reruns; that length is computed from the files.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from memviz.sim import CachingAllocator, OutOfMemoryError
+
+GOLDEN = Path(__file__).parent / "data" / "golden"
+FILES = sorted(GOLDEN.glob("*.json.gz"))
+
+# Traces where the simulator's driver-address model (memviz/sim/addresses.py) places a segment
+# elsewhere than the H200 driver did; the allocator then breaks a tie between equal-size free blocks
+# (lowest address first) differently. Each entry names the first diverging tie.
+ADDRESS_TIES = {
+    ("gc_threshold", "random-2"): "op 1850: a 2 KiB request ties between four 2 MiB small segments; "
+                                  "the driver put a later one below an earlier one",
+    ("max_split_64", "random-1"): "op 1197: 1.9 MiB request ties between two 28 MiB-class large segments "
+                                  "placed by the driver in reused holes",
+    ("roundup4", "random-1"): "op 555: 1.5 MiB request ties between two large segments (reused VA hole)",
+    ("roundup4", "random-1-rerun2"): "same tie as random-1 (identical recording up to op 1440)",
+    ("roundup4", "random-2"): "op 620: 60.8 MiB request ties between five 62 MiB segments (reused VA holes)",
+    ("roundup4", "random-2-rerun2"): "same tie as random-2",
+}
+
+
+@cache
+def load(path: Path) -> dict:
+    with gzip.open(path, "rt") as f:
+        return json.load(f)
+
+
+def _layout(segments: list[dict]) -> list:
+    return sorted((s["total_size"], s.get("segment_type"), tuple((b["size"], b["state"]) for b in s["blocks"]))
+                  for s in segments)
+
+
+def _states(trace: dict) -> list[tuple]:
+    """The recorded state after every non-snapshot op: (op, size, ok, full stats)."""
+    real = dict(trace["initial"])
+    out = []
+    for op in trace["ops"]:
+        if op["op"] == "snapshot":
+            continue
+        real.update(op["d"])
+        out.append((op["op"], op.get("size"), op.get("ok"), tuple(sorted(real.items()))))
+    return out
+
+
+def hardware_prefix(data: dict, trace: dict) -> int:
+    """How many ops the hardware reproduced: the longest agreement with a rerun of the same trace."""
+    base = trace["name"].split("-rerun")[0]
+    mine = _states(trace)
+    best = None
+    for other in data["traces"]:
+        if other is trace or other["name"].split("-rerun")[0] != base:
+            continue
+        n = 0
+        for x, y in zip(mine, _states(other), strict=False):
+            if x != y:
+                break
+            n += 1
+        best = n if best is None else max(best, n)
+    return len(mine) if best is None else best
+
+
+def replay(meta: dict, trace: dict) -> tuple[int, int, str]:
+    """Return (ops, ops matched before the first mismatch, description of the mismatch)."""
+    sim = CachingAllocator(meta["total_memory"], memory_fraction=meta["fraction"], alloc_conf=meta["alloc_conf"])
+    real = dict(trace["initial"])
+    live: dict[int, int] = {}
+    n = 0
+    for i, op in enumerate(trace["ops"]):
+        kind = op["op"]
+        if kind == "snapshot":
+            if _layout(sim.snapshot()["segments"]) != _layout(op["segments"]):
+                return -1, n, f"snapshot layout differs at op {i}"
+            continue
+        if kind == "alloc":
+            try:
+                live[op["id"]] = sim.malloc(op["size"])
+                ok = True
+            except OutOfMemoryError as e:
+                ok = False
+                if not op["ok"] and not str(e).startswith(op["msg"].split(" GPU 0 has")[0]):
+                    return -1, n, f"OOM message differs at op {i}: {e}"
+            if ok != op["ok"]:
+                return -1, n, f"alloc ok={ok} but recorded {op['ok']} at op {i}"
+        elif kind == "free":
+            addr = live.pop(op["id"], None)
+            if addr is not None:
+                sim.free(addr)
+        else:
+            sim.empty_cache()
+        real.update(op["d"])
+        stats = sim.memory_stats()
+        if stats != real:
+            bad = {k: (stats.get(k), v) for k, v in real.items() if stats.get(k) != v}
+            return -1, n, f"stats differ after op {i} ({kind}): {dict(list(bad.items())[:4])}"
+        n += 1
+    return n, n, ""
+
+
+CASES = [(path, trace["name"]) for path in FILES for trace in load(path)["traces"]]
+
+
+@pytest.mark.parametrize(("path", "name"), CASES, ids=[f"{p.name.split('.')[0]}-{n}" for p, n in CASES])
+def test_golden_trace(path: Path, name: str) -> None:
+    data = load(path)
+    meta = data["meta"]
+    trace = next(t for t in data["traces"] if t["name"] == name)
+    key = (meta["config"], name)
+    total, matched, why = replay(meta, trace)
+    need = hardware_prefix(data, trace)
+    if matched < need and key in ADDRESS_TIES:
+        pytest.xfail(f"driver address tie: {ADDRESS_TIES[key]} (matched {matched}/{need}: {why})")
+    assert matched >= need, why
+
+
+def test_golden_meta_keys_are_torch_2_11() -> None:
+    trace = load(FILES[0])["traces"][0]
+    sim = CachingAllocator(1 << 34)
+    assert list(sim.memory_stats()) == sorted(trace["initial"])
