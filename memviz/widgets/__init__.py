@@ -1,0 +1,28 @@
+"""Live widgets for the lab: gauges, timeline, segment map, controls, event log, and the dashboard of them all.
+
+``memviz.widgets.dashboard(backend="sim", device="T4", cap="2 GiB")`` composes everything on one lab; each
+piece also works alone in a lesson (``SegmentMap(lab)``, ``MemoryGauges(lab)``, ``Timeline(lab)``): call
+``.refresh()`` after changing the lab, or ``.watch()`` to refresh after every cell.
+"""
+
+from memviz.widgets.controls import CONFIG_PRESETS, Controls
+from memviz.widgets.dashboard import Dashboard, dashboard
+from memviz.widgets.event_log import EventLog, OOMBanner
+from memviz.widgets.gauges import MemoryGauges
+from memviz.widgets.live import CellHook
+from memviz.widgets.segment_map import SegmentMap, segment_bars
+from memviz.widgets.timeline import Timeline
+
+__all__ = [
+    "CONFIG_PRESETS",
+    "CellHook",
+    "Controls",
+    "Dashboard",
+    "EventLog",
+    "MemoryGauges",
+    "OOMBanner",
+    "SegmentMap",
+    "Timeline",
+    "dashboard",
+    "segment_bars",
+]

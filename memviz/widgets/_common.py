@@ -1,0 +1,147 @@
+"""What every widget piece shares: exact byte text, guarded callbacks, and the refresh protocol."""
+
+from __future__ import annotations
+
+import html
+import traceback
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import ipywidgets as W
+
+from memviz.units import format_bytes
+
+if TYPE_CHECKING:
+    from memviz.lab import Lab
+
+__all__ = ["MiB", "Piece", "close_tree", "exact_bytes", "guarded", "mib"]
+
+MiB = 1 << 20  # figure axes are in MiB: dividing by a power of two is exact in float64
+USER_ERRORS = (ValueError, KeyError, TypeError, RuntimeError)  # the lab's messages for bad input
+
+
+def exact_bytes(nbytes: int) -> str:
+    """``"512.00 MiB (536,870,912 B)"``: readable and exact, the text the browser test compares."""
+    return f"{format_bytes(nbytes)} ({nbytes:,} B)"
+
+
+def mib(nbytes: int) -> float:
+    """Bytes as MiB for a plot axis (exact: ``mib(n) * 2**20 == n``)."""
+    return nbytes / MiB
+
+
+def error_text(error: BaseException) -> str:
+    """The message of ``error`` without ``KeyError``'s extra quotes."""
+    if isinstance(error, KeyError) and error.args:
+        return str(error.args[0])
+    return str(error) or type(error).__name__
+
+
+def guarded(out: W.Output, on_error: Callable[[str], None] | None = None) -> Callable:
+    """Wrap a widget callback so nothing raises out of it.
+
+    Bad input (``ValueError``, ``KeyError``, ``TypeError``, ``RuntimeError``: the lab's own messages) goes to
+    ``on_error`` as one line. Anything else is a bug: its traceback is printed into ``out`` so it shows in
+    the notebook. The traceback is appended as text, not kept (``Output.capture`` would store it in
+    ``sys.last_traceback``, whose frames could pin tensors, the very effect the lessons teach); appending
+    to ``out.outputs`` also works outside a kernel, so tests see it.
+    """
+
+    def wrap(fn: Callable) -> Callable:
+        def callback(*args: Any) -> Any:
+            try:
+                return fn(*args)
+            except USER_ERRORS as error:
+                if on_error is None:
+                    out.append_stderr(f"{type(error).__name__}: {error_text(error)}\n")
+                else:
+                    on_error(error_text(error))
+            except Exception:
+                out.append_stderr(traceback.format_exc())
+            return None
+
+        callback.__name__ = getattr(fn, "__name__", "callback")
+        callback.__wrapped__ = fn  # type: ignore[attr-defined]
+        return callback
+
+    return wrap
+
+
+def close_tree(widget: W.Widget) -> None:
+    """Close ``widget``, its children, and their layout/style models (ipywidgets keeps every open widget in a
+    global registry, so one left open keeps its callbacks, and whatever they reference, alive)."""
+    for child in getattr(widget, "children", ()):
+        close_tree(child)
+    for part in ("layout", "style"):
+        sub = getattr(widget, part, None)
+        if isinstance(sub, W.Widget):
+            sub.close()
+    widget.close()
+
+
+def escape(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+class Piece:
+    """A dashboard piece: owns one widget (``.widget``) and shows one ``Lab``.
+
+    ``refresh(stats, snapshot)`` redraws from numbers the caller read once (the dashboard hands the same
+    ``stats`` and ``snapshot`` to every piece); called with nothing, the piece reads what it needs itself.
+    A piece displays itself in a notebook (``_repr_mimebundle_``), so ``SegmentMap(lab)`` alone works in a
+    lesson. ``watch()`` makes it refresh after every cell, like the dashboard.
+    """
+
+    needs_snapshot = False
+    widget: W.Widget
+
+    def __init__(self, lab: Lab) -> None:
+        self.lab = lab
+        self._hook = None
+        self._seen_events = -1
+
+    def refresh(self, stats: Mapping[str, int] | None = None, snapshot: dict | None = None) -> None:
+        """Redraw. ``stats``: ``lab.stats()`` (read here when None); ``snapshot``: ``lab.snapshot()`` (read
+        here when None and the piece draws segments)."""
+        if stats is None:
+            stats = self.lab.stats()
+        if snapshot is None and self.needs_snapshot:
+            snapshot = self.lab.snapshot()
+        self._seen_events = len(self.lab.events)
+        self._draw(stats, snapshot)
+
+    def _draw(self, stats: Mapping[str, int], snapshot: dict | None) -> None:
+        raise NotImplementedError("The '_draw' method must be implemented.")
+
+    def set_lab(self, lab: Lab) -> None:
+        """Show another lab (the dashboard's backend switch makes a fresh one)."""
+        self.lab = lab
+        self.refresh()
+
+    def watch(self) -> Piece:
+        """Refresh after every notebook cell (IPython ``post_run_cell``); ``close()`` stops it."""
+        from memviz.widgets.live import CellHook
+
+        if self._hook is None:
+            self._hook = CellHook(self)
+        return self
+
+    def on_cell(self, execution_count: int | None) -> None:
+        """After a notebook cell: log memory that plain code changed, and refresh if anything happened.
+
+        Costs one ``memory_stats()`` read when nothing changed (``lab.observe``), and no second one when
+        something did: the lab's last event holds the stats of now.
+        """
+        self.lab.observe(f"cell {execution_count}")
+        if len(self.lab.events) != self._seen_events:
+            self.refresh(self.lab.events[-1].stats_after)
+
+    def close(self) -> None:
+        """Stop watching cells and close the widget."""
+        if self._hook is not None:
+            self._hook.unregister()
+            self._hook = None
+        close_tree(self.widget)
+
+    def _repr_mimebundle_(self, **kwargs: Any):
+        return self.widget._repr_mimebundle_(**kwargs)

@@ -1,0 +1,86 @@
+"""A timeline of allocated, reserved and active memory over the lab's events, with gc/empty_cache/OOM markers.
+
+The x axis is the event number (0 is the lab's start), so the same lesson draws the same picture; y is in
+MiB (exact: bytes / 2**20), and the hover shows every event's line from the log with exact bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import plotly.graph_objects as go
+
+from memviz.widgets._common import Piece, mib
+
+if TYPE_CHECKING:
+    from memviz.lab import Lab
+
+__all__ = ["Timeline"]
+
+KEYS = (
+    ("allocated", "allocated_bytes.all.current", "#1f77b4"),
+    ("reserved", "reserved_bytes.all.current", "#ff7f0e"),
+    ("active", "active_bytes.all.current", "#2ca02c"),
+)
+MARKERS = (  # (trace name, event test, marker symbol, colour)
+    ("gc.collect()", lambda e: e.action == "gc", "triangle-down", "#9467bd"),
+    ("empty_cache()", lambda e: e.action == "empty_cache", "diamond", "#8c564b"),
+    ("OOM", lambda e: e.oom is not None, "x", "#d62728"),
+)
+
+
+class Timeline(Piece):
+    """Allocated / reserved / active after every lab event, as step lines; markers at gc, empty_cache, OOM.
+
+    ``fig`` is the ``plotly.graph_objects.FigureWidget``: ``fig.data[0]`` allocated, ``[1]`` reserved,
+    ``[2]`` active (y in MiB, x the event number; point 0 is the lab's start), then one marker trace per
+    kind of marker (y at reserved after the event).
+    """
+
+    def __init__(self, lab: Lab, *, height: int = 260) -> None:
+        super().__init__(lab)
+        traces = [
+            go.Scatter(name=name, mode="lines", line={"shape": "hv", "color": color, "width": 2},
+                       hovertemplate=f"{name} %{{y:.2f}} MiB<extra></extra>")
+            for name, _, color in KEYS
+        ] + [
+            go.Scatter(name=name, mode="markers", marker={"symbol": symbol, "color": color, "size": 10},
+                       hovertemplate="%{hovertext}<extra>" + name + "</extra>")
+            for name, _, symbol, color in MARKERS
+        ]  # fmt: skip
+        self.fig = go.FigureWidget(
+            traces,
+            layout={
+                "height": height, "margin": {"l": 60, "r": 10, "t": 30, "b": 40},
+                "title": {"text": "memory over the lab's events", "font": {"size": 13}},
+                "xaxis": {"title": {"text": "event #"}, "rangemode": "tozero"},
+                "yaxis": {"title": {"text": "MiB"}, "rangemode": "tozero"},
+                "legend": {"orientation": "h", "y": -0.25}, "hovermode": "x unified",
+                "template": "plotly_white",
+            },
+        )  # fmt: skip
+        self.fig.data[0].hovertemplate = "%{hovertext}<br>allocated %{y:.2f} MiB<extra></extra>"
+        self.fig.add_class("memviz-timeline")
+        self.widget = self.fig
+        self.refresh()
+
+    def _draw(self, stats: Mapping[str, int], snapshot: dict | None) -> None:
+        events = self.lab.events
+        start = events[0].stats_before if events else stats
+        xs = list(range(len(events) + 1))
+        texts = ["#0 lab start"] + [str(e) for e in events]
+        series = [[mib(start.get(key, 0))] + [mib(e.stats_after.get(key, 0)) for e in events] for _, key, _ in KEYS]
+        if not events:  # nothing recorded yet: point 0 is "now"
+            texts = ["now"]
+        marks: list[tuple[list, list, list]] = []
+        for _, test, _, _ in MARKERS:
+            hits = [e for e in events if test(e)]
+            marks.append(([e.index + 1 for e in hits], [mib(e.reserved_bytes) for e in hits], [str(e) for e in hits]))
+        data = self.fig.data
+        with self.fig.batch_update():
+            for trace, ys in zip(data[: len(KEYS)], series, strict=True):
+                trace.x, trace.y = xs, ys
+            data[0].hovertext = texts  # the event's line once: "x unified" hover shows it above the values
+            for trace, (mx, my, mt) in zip(data[len(KEYS) :], marks, strict=True):
+                trace.x, trace.y, trace.hovertext = mx, my, mt

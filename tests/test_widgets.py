@@ -1,0 +1,338 @@
+"""The widgets without a browser: ``button.click()`` drives every control, and what the figures hold must
+equal the lab's own numbers after each step (gauges, timeline, segment map, event log, OOM banner)."""
+
+from __future__ import annotations
+
+import gc
+import time
+import weakref
+
+import pytest
+
+from memviz.lab import Lab
+from memviz.widgets import (
+    CellHook,
+    Controls,
+    MemoryGauges,
+    SegmentMap,
+    Timeline,
+    dashboard,
+    segment_bars,
+)
+from memviz.widgets._common import MiB, exact_bytes
+from memviz.widgets.controls import parse_size_field
+
+ALLOC, RES, ACTIVE = "allocated_bytes.all.current", "reserved_bytes.all.current", "active_bytes.all.current"
+
+
+def sim_lab(**kw) -> Lab:
+    return Lab(backend="sim", device="T4", cap="2 GiB", **kw)
+
+
+@pytest.fixture
+def dash():
+    d = dashboard(sim_lab(), live=False)
+    yield d
+    d.close()
+
+
+def click(d, label: str, **fields) -> None:
+    for field, value in fields.items():
+        getattr(d.controls, field).value = value
+    d.controls.buttons[label].click()
+    assert not d.out.outputs, d.out.outputs  # no unexpected error printed a traceback
+
+
+def assert_matches_lab(d) -> None:
+    """Every piece shows exactly the lab's stats and snapshot of now."""
+    lab = d.lab
+    stats = lab.stats()
+    g = d.gauges.values
+    assert (g["allocated"], g["reserved"]) == (stats[ALLOC], stats[RES])
+    assert g["allocated_peak"] == stats["allocated_bytes.all.peak"]
+    rows = {r["key"]: r["text"] for r in d.gauges.widget.rows}
+    assert rows["allocated"] == exact_bytes(stats[ALLOC]) and rows["reserved"] == exact_bytes(stats[RES])
+    data = d.timeline.fig.data
+    assert len(data[0].y) == len(lab.events) + 1
+    assert (data[0].y[-1] * MiB, data[1].y[-1] * MiB, data[2].y[-1] * MiB) == (stats[ALLOC], stats[RES], stats[ACTIVE])
+    frag = lab.fragmentation()
+    bars = d.segment_map.bars
+    assert sum(bars["live"]["size"]) == stats[ALLOC]
+    assert sum(bars["releasable"]["size"]) == frag.releasable_bytes
+    assert sum(bars["stuck"]["size"]) == frag.stranded_bytes
+    assert sum(sum(b["size"]) for b in bars.values()) == stats[RES]
+    fig_bytes = sum(x * MiB for trace in d.segment_map.fig.data for x in trace.x)
+    assert fig_bytes == stats[RES]
+    assert d.log.lines[0] == str(lab.events[-1]) if lab.events else d.log.lines == []
+    assert list(d.controls.free_pick.options) == list(lab.groups) + [
+        n for n, t in lab.tensors.items() if t.group is None
+    ]
+
+
+def test_every_control_by_click(dash):
+    assert_matches_lab(dash)
+    click(dash, "Allocate", size="512 MiB", name="big")
+    assert dash.lab.stats()[ALLOC] == 512 * MiB
+    assert_matches_lab(dash)
+    click(dash, "Allocate", size="(100, 100)", dtype="float32", count=50, name="small")
+    assert len(dash.lab.groups["small"]) == 50
+    assert_matches_lab(dash)
+    names = {name for trace in dash.segment_map.fig.data for name in trace.hovertext}
+    assert {"big", "small[0]", "small[49]"} <= names
+    click(dash, "Allocate", size="(2048, 1024)", dtype="bfloat16", count=1, name="")  # auto name t0
+    assert dash.lab.tensors["t0"].request.nbytes == 2048 * 1024 * 2
+    assert_matches_lab(dash)
+    click(dash, "Free", free_pick="big")
+    assert "big" not in dash.lab and dash.lab.stats()[RES] > dash.lab.stats()[ALLOC]
+    assert_matches_lab(dash)
+    click(dash, "gc.collect()")
+    assert_matches_lab(dash)
+    click(dash, "empty_cache()")
+    assert dash.lab.events[-1].delta(RES) == -512 * MiB
+    assert_matches_lab(dash)
+    click(dash, "reset stats")
+    assert dash.lab.stats()["allocated_bytes.all.peak"] == dash.lab.stats()[ALLOC]
+    assert_matches_lab(dash)
+    click(dash, "Free all")
+    assert len(dash.lab) == 0 and dash.lab.stats()[ALLOC] == 0
+    assert_matches_lab(dash)
+    actions = [e.action for e in dash.lab.events]
+    assert actions == ["allocate"] * 3 + ["free", "gc", "empty_cache", "reset_stats", "free"]
+    markers = {t.name: list(t.x) for t in dash.timeline.fig.data[3:]}
+    assert markers == {"gc.collect()": [5], "empty_cache()": [6], "OOM": []}
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"size": "12 parsecs"}, "unknown unit 'parsecs'"),
+        ({"size": "(100, x)"}, "cannot read '(100, x)' as a shape"),
+        ({"size": "1 MiB", "name": "a"}, "'a' is already in the lab"),
+        ({"size": "1 MiB", "name": "bad[name"}, "a name must be"),
+    ],
+)
+def test_bad_input_shows_the_message_and_changes_nothing(dash, fields, message):
+    click(dash, "Allocate", size="1 MiB", name="a")
+    before = (len(dash.lab.events), dict(dash.lab.stats()), dict(dash.lab.tensors))
+    click(dash, "Allocate", **fields)
+    assert message in dash.controls.error
+    assert "memviz-error" in dash.controls.status.value and message.split("'")[0] in dash.controls.status.value
+    assert (len(dash.lab.events), dict(dash.lab.stats()), dict(dash.lab.tensors)) == before
+    click(dash, "Allocate", size="2 MiB", name="b")  # the next good click clears the error
+    assert dash.controls.error == "" and "b" in dash.lab
+
+
+def test_free_with_nothing_to_free_is_a_message(dash):
+    click(dash, "Free")
+    assert "nothing to free" in dash.controls.error and not dash.lab.events
+
+
+def test_oom_banner_and_marker(dash):
+    click(dash, "Allocate", size="4 MiB", count=500, name="fill")  # 2000 MiB of the 2 GiB cap
+    click(dash, "Allocate", size="1 GiB", count=1, name="huge")
+    event = dash.lab.events[-1]
+    assert not event.ok and event.oom is not None
+    assert dash.oom.widget.layout.display != "none"
+    assert "CUDA out of memory" in dash.oom.text and str(dash.lab.explain_oom(event)) in dash.oom.text
+    assert "Tried to allocate" in dash.oom.widget.value
+    assert list(dash.timeline.fig.data[5].x) == [event.index + 1]
+    assert "OOM! " in dash.log.lines[0] and "memviz-event-oom" in dash.log.widget.value
+    assert_matches_lab(dash)
+    click(dash, "Free", free_pick="fill")
+    assert dash.oom.text == "" and dash.oom.widget.layout.display == "none"
+    assert_matches_lab(dash)
+
+
+def test_new_lab_with_another_config(dash):
+    old = dash.lab
+    click(dash, "Allocate", size="6 MiB", name="x")
+    dash.controls.config.value = "expandable_segments:True"
+    dash.controls.cap.value = "1 GiB"
+    click(dash, "new lab")
+    assert dash.lab is not old and len(old) == 0 and old.stats()[ALLOC] == 0  # the old lab's tensors freed
+    assert dash.lab.backend.alloc_conf == "expandable_segments:True" and dash.lab.backend.cap_bytes == 1 << 30
+    assert all(p.lab is dash.lab for p in dash.pieces)
+    assert "expandable_segments:True" in dash.header.value and "new lab" in dash.controls.status.value
+    assert list(dash.timeline.fig.data[0].x) == [0]
+    click(dash, "Allocate", size="6 MiB", name="y")
+    assert dash.lab.stats()[RES] == 20 * MiB  # one 20 MiB expandable page
+    assert_matches_lab(dash)
+    assert dash.gauges.values["limit"] == 1 << 30
+
+
+def test_bad_config_changes_nothing(dash):
+    old = dash.lab
+    dash.controls.config.value = "max_split_size_mb:bogus"
+    click(dash, "new lab")
+    assert dash.lab is old and "max_split_size_mb" in dash.controls.error
+    dash.controls.config.value = "default"
+    dash.controls.cap.value = "12 parsecs"
+    click(dash, "new lab")
+    assert dash.lab is old and "parsecs" in dash.controls.error
+
+
+def test_real_gpu_disabled_without_cuda(dash):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    assert list(dash.controls.kind.options) == ["simulator"]
+    disabled = [w for w in dash.controls._backend_box.children[0].children if getattr(w, "disabled", False)]
+    assert any(w.description == "real GPU" and "CUDA" in w.tooltip for w in disabled)
+
+
+def test_unexpected_error_prints_traceback_in_output(dash, monkeypatch):
+    def boom():
+        raise ZeroDivisionError("bug")
+
+    monkeypatch.setattr(dash.lab, "gc", boom)
+    dash.controls.buttons["gc.collect()"].click()  # must not raise
+    assert dash.out.outputs and "ZeroDivisionError: bug" in dash.out.outputs[0]["text"]
+
+
+def test_parse_size_field():
+    assert parse_size_field(" (2048, 4096) ") == ((2048, 4096), True)
+    assert parse_size_field("100x100") == ((100, 100), True)
+    assert parse_size_field("[7]") == ((7,), True)
+    assert parse_size_field("512 MiB") == ("512 MiB", False)
+    assert parse_size_field("40000") == ("40000", False)
+    with pytest.raises(ValueError, match="as a shape"):
+        parse_size_field("(1, two)")
+
+
+# -- the segment map ---------------------------------------------------------------------------------------
+
+
+def test_segment_map_expandable_pages():
+    lab = sim_lab(alloc_conf="expandable_segments:True")
+    lab.allocate("4 MiB", count=15, name="x")  # 60 MiB: three 20 MiB pages
+    lab.free(*[f"x[{i}]" for i in range(5, 15)])  # the last two pages hold no tensor
+    m = SegmentMap(lab)
+    frag = lab.fragmentation()
+    assert frag.releasable_bytes == 40 * MiB
+    assert sum(m.bars["releasable"]["size"]) == 40 * MiB
+    assert sum(m.bars["stuck"]["size"]) == frag.stranded_bytes
+    assert sum(m.bars["live"]["size"]) == 20 * MiB
+    m.close()
+
+
+def test_segment_bars_ragged_free_block_in_expandable_segment():
+    seg = {"address": 0, "total_size": 60 * MiB, "segment_type": "large", "is_expandable": True,
+           "blocks": [{"address": 0, "size": 6 * MiB, "requested_size": 6 * MiB, "state": "active_allocated"},
+                      {"address": 6 * MiB, "size": 54 * MiB, "requested_size": 0, "state": "inactive"}]}  # fmt: skip
+    bars = segment_bars([seg], {0: "w"})
+    assert bars["live"]["name"] == ["w"]
+    assert list(zip(bars["stuck"]["offset"], bars["stuck"]["size"], strict=True)) == [(6 * MiB, 14 * MiB)]
+    assert list(zip(bars["releasable"]["offset"], bars["releasable"]["size"], strict=True)) == [(20 * MiB, 40 * MiB)]
+
+
+def test_segment_map_10k_blocks_is_three_traces_and_fast():
+    lab = sim_lab()
+    lab.allocate("100 KiB", count=10_000, name="x")
+    lab.free(*[f"x[{i}]" for i in range(0, 10_000, 3)])
+    m = SegmentMap(lab)
+    snap, stats = lab.snapshot(), lab.stats()
+    n_blocks = sum(len(s["blocks"]) for s in snap["segments"])
+    assert n_blocks >= 10_000
+    assert len(m.fig.data) == 3 and not m.fig.layout.shapes
+    assert sum(len(t.x) for t in m.fig.data) == n_blocks
+    times = []
+    for _ in range(3):
+        m._drawn_key = None
+        t0 = time.perf_counter()
+        m.refresh(stats, snap)
+        times.append(time.perf_counter() - t0)
+    assert sorted(times)[1] < 0.5, times
+    assert sum(m.bars["live"]["size"]) == stats[ALLOC]
+    m.close()
+
+
+# -- pieces alone, live refresh, and closing -----------------------------------------------------------------
+
+
+def test_pieces_alone():
+    lab = sim_lab()
+    g, t, m = MemoryGauges(lab), Timeline(lab), SegmentMap(lab)
+    lab.allocate("64 MiB", name="a")
+    for piece in (g, t, m):
+        piece.refresh()
+    assert g.values["allocated"] == 64 * MiB and t.fig.data[0].y[-1] == 64
+    assert m.bars["live"]["name"] == ["a"] and "64.00 MiB (67,108,864 B)" in str(g.widget.rows)
+    c = Controls(lab)
+    c.size.value = "1 MiB"
+    c.buttons["Allocate"].click()
+    assert c.error == "" and list(c.free_pick.options) == ["a", "t0"]
+    for piece in (g, t, m, c):
+        piece.close()
+
+
+@pytest.fixture
+def shell():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    sh = InteractiveShell.instance()
+    yield sh
+    InteractiveShell.clear_instance()
+
+
+def test_post_run_cell_refreshes_plain_code_changes(shell):
+    d = dashboard(sim_lab())  # live: registers with get_ipython(), the shell above
+    assert d._hook is not None and d._hook.active
+    shell.user_ns["dash"] = d
+    shell.run_cell("dash.lab.allocate('256 MiB', name='w')")  # the lab called from a cell
+    assert d.gauges.values["allocated"] == 256 * MiB
+    shell.run_cell("keep = dash.lab['w']; dash.lab.free('w')")  # a plain reference keeps it alive
+    assert d.gauges.values["allocated"] == 256 * MiB
+    shell.run_cell("del keep")  # plain code frees it: an "observe" event, logged after the cell
+    last = d.lab.events[-1]
+    assert last.action == "observe" and last.detail.startswith("cell ") and last.delta(ALLOC) == -256 * MiB
+    assert d.gauges.values["allocated"] == 0 and d.timeline.fig.data[0].y[-1] == 0
+    n = len(d.lab.events)
+    shell.run_cell("x = 1")  # nothing changed: no event, no refresh
+    assert len(d.lab.events) == n
+    callbacks = shell.events.callbacks["post_run_cell"]
+    assert d._hook._callback in callbacks
+    hook_cb = d._hook._callback
+    del shell.user_ns["dash"]
+    d.close()
+    assert hook_cb not in callbacks
+    ref = weakref.ref(d)
+    del d
+    gc.collect()
+    assert ref() is None, gc.get_referrers(ref())
+
+
+def test_hook_holds_its_target_weakly(shell):
+    lab = sim_lab()
+    t = Timeline(lab).watch()
+    cb = t._hook._callback
+    assert cb in shell.events.callbacks["post_run_cell"]
+    lab.allocate("1 MiB")
+    shell.run_cell("pass")
+    assert t.fig.data[0].y[-1] * MiB == lab.stats()[ALLOC]
+    ref = weakref.ref(t)
+    from memviz.widgets._common import close_tree
+
+    close_tree(t.widget)  # closed widget, but the hook not unregistered: it must not keep t alive
+    del t
+    gc.collect()
+    assert ref() is None
+    shell.run_cell("pass")  # the callback notices and unregisters itself
+    assert cb not in shell.events.callbacks["post_run_cell"]
+
+
+def test_hook_without_ipython_does_nothing():
+    class Target:
+        def on_cell(self, n):
+            raise AssertionError("no shell, no calls")
+
+    hook = CellHook(Target(), shell=None) if _no_ipython() else None
+    if hook is not None:
+        assert not hook.active
+        hook.unregister()
+
+
+def _no_ipython() -> bool:
+    from IPython import get_ipython
+
+    return get_ipython() is None
