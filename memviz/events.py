@@ -52,7 +52,7 @@ class Event:
     """
 
     index: int
-    time_s: float
+    time_s: float = field(repr=False)
     action: str
     ok: bool
     names: tuple[str, ...]
@@ -80,6 +80,9 @@ class Event:
     def delta(self, key: str) -> int:
         """How much stat ``key`` changed in this action."""
         return self.stats_after.get(key, 0) - self.stats_before.get(key, 0)
+
+    def _repr_pretty_(self, printer, cycle: bool) -> None:  # IPython shows the readable line
+        printer.text(str(self))
 
     def __str__(self) -> str:
         d_alloc = format_bytes(self.delta("allocated_bytes.all.current"))

@@ -96,6 +96,16 @@ class Lab:
         """``torch.cuda.memory._snapshot()`` now (segments and blocks)."""
         return self.backend.snapshot()
 
+    def readout(self) -> str:
+        """One line: allocated, reserved, and the segments by pool, e.g. for a print after each step."""
+        s = self.backend.memory_stats()
+        return (
+            f"allocated {format_bytes(s.get('allocated_bytes.all.current', 0))} · "
+            f"reserved {format_bytes(s.get('reserved_bytes.all.current', 0))} · "
+            f"segments {s.get('segment.all.current', 0)} "
+            f"({s.get('segment.small_pool.current', 0)} small, {s.get('segment.large_pool.current', 0)} large)"
+        )
+
     def fragmentation(self) -> Fragmentation:
         """Fragmentation metrics of the cache now."""
         return fragmentation(self.backend.snapshot()["segments"])

@@ -1,0 +1,49 @@
+"""Re-execute lesson notebooks in place so their saved outputs are what `pytest --nbval` checks.
+
+    python scripts/refresh_notebooks.py [notebooks/NN_name.ipynb ...]    (default: every notebook)
+
+Runs each notebook top to bottom in a fresh kernel of this environment (on the simulator when there is
+no GPU: the saved numbers are the simulator's), then keeps it small: no saved widget state, no widget
+views (they cannot render without that state), sequential execution counts and stable cell ids.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def refresh(path: Path) -> None:
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    nb.metadata.pop("widgets", None)
+    count = 0
+    for index, cell in enumerate(nb.cells):
+        cell.id = f"{path.stem[:2]}-{index:02d}"
+        cell.metadata.pop("execution", None)
+        if cell.cell_type != "code":
+            continue
+        count += 1
+        cell.execution_count = count
+        cell.outputs = [out for out in cell.outputs if WIDGET_VIEW not in out.get("data", {})]
+        for out in cell.outputs:
+            if "execution_count" in out:
+                out["execution_count"] = count
+    nbformat.write(nb, path)
+    print(f"refreshed {path} ({path.stat().st_size // 1024} KiB)")
+
+
+def main(argv: list[str]) -> int:
+    paths = [Path(p) for p in argv] or sorted(Path("notebooks").glob("[0-9]*.ipynb"))
+    for path in paths:
+        refresh(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
