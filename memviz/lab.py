@@ -106,6 +106,12 @@ class Lab:
             f"({s.get('segment.small_pool.current', 0)} small, {s.get('segment.large_pool.current', 0)} large)"
         )
 
+    def segment_table(self, limit: int = 12) -> str:
+        """The segment map as text (see :func:`memviz.layout.segment_table`)."""
+        from memviz.layout import segment_table
+
+        return segment_table(self.backend.snapshot()["segments"], limit)
+
     def fragmentation(self) -> Fragmentation:
         """Fragmentation metrics of the cache now."""
         return fragmentation(self.backend.snapshot()["segments"])
