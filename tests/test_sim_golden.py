@@ -43,8 +43,8 @@ def load(path: Path) -> dict:
 
 
 def _layout(segments: list[dict]) -> list:
-    return sorted((s["total_size"], s.get("segment_type"), tuple((b["size"], b["state"]) for b in s["blocks"]))
-                  for s in segments)
+    return sorted((s["total_size"], s.get("segment_type"),
+                   tuple((b["size"], b["state"]) for b in s["blocks"])) for s in segments)
 
 
 def _states(trace: dict) -> list[tuple]:
@@ -78,7 +78,8 @@ def hardware_prefix(data: dict, trace: dict) -> int:
 
 def replay(meta: dict, trace: dict) -> tuple[int, int, str]:
     """Return (ops, ops matched before the first mismatch, description of the mismatch)."""
-    sim = CachingAllocator(meta["total_memory"], memory_fraction=meta["fraction"], alloc_conf=meta["alloc_conf"])
+    sim = CachingAllocator(meta["total_memory"], memory_fraction=meta["fraction"],
+                           alloc_conf=meta["alloc_conf"])
     real = dict(trace["initial"])
     live: dict[int, int] = {}
     n = 0
@@ -122,7 +123,7 @@ def test_golden_trace(path: Path, name: str) -> None:
     meta = data["meta"]
     trace = next(t for t in data["traces"] if t["name"] == name)
     key = (meta["config"], name)
-    total, matched, why = replay(meta, trace)
+    _, matched, why = replay(meta, trace)
     need = hardware_prefix(data, trace)
     if matched < need and key in ADDRESS_TIES:
         pytest.xfail(f"driver address tie: {ADDRESS_TIES[key]} (matched {matched}/{need}: {why})")

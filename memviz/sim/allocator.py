@@ -229,7 +229,7 @@ class CachingAllocator:
         return self.small_blocks if size <= SMALL_SIZE else self.large_blocks
 
     def get_allocation_size(self, size: int) -> int:
-        """Return the segment size in bytes ``cudaMalloc`` gets for a rounded size (``get_allocation_size``)."""
+        """Return the segment size in bytes for a rounded size (``get_allocation_size``)."""
         if size <= SMALL_SIZE:
             return SMALL_BUFFER
         if size < MIN_LARGE_ALLOC:
@@ -271,7 +271,8 @@ class CachingAllocator:
         if rounded <= SMALL_SIZE:  # get_pool and get_allocation_size, inlined
             p = _AllocParams(rounded, self.small_blocks, SMALL_BUFFER)
         else:
-            p = _AllocParams(rounded, self.large_blocks, self.get_allocation_size(rounded))
+            alloc_size = self.get_allocation_size(rounded)
+            p = _AllocParams(rounded, self.large_blocks, alloc_size)
         if not self.get_free_block(p):
             if self._gc_active:
                 self.garbage_collect_cached_blocks()

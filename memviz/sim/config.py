@@ -64,7 +64,7 @@ class AllocatorConfig:
     other: dict[str, object] = field(default_factory=dict)
 
     def divisions_for(self, size: int) -> int:
-        """Return the power-of-2 divisions that apply to ``size`` bytes (``roundup_power2_divisions(size)``)."""
+        """Return the power-of-2 divisions for ``size`` bytes (``roundup_power2_divisions(size)``)."""
         index = max(0, size.bit_length() - 1 - 20)
         return self.roundup_power2_divisions[min(index, ROUNDUP_POWER2_INTERVALS - 1)]
 

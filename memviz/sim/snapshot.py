@@ -178,7 +178,7 @@ def check_invariants(allocator: CachingAllocator) -> None:
     for name, per_pool in cur.items():
         arr = getattr(stats, name)
         for t in (SMALL_POOL, LARGE_POOL):
-            assert arr[t][0] == per_pool[t], f"{name}[{t}].current={arr[t][0]} but snapshot implies {per_pool[t]}"
+            assert arr[t][0] == per_pool[t], f"{name}[{t}].current={arr[t][0]}, snapshot: {per_pool[t]}"
         assert arr[AGGREGATE][0] == per_pool[SMALL_POOL] + per_pool[LARGE_POOL], f"{name}.all.current wrong"
     assert stats.oversize_allocations[0] == oversize_alloc, "oversize_allocations.current wrong"
     assert stats.oversize_segments[0] == oversize_seg, "oversize_segments.current wrong"
