@@ -34,6 +34,16 @@ class OOMRecord:
     fragmentation: Fragmentation
     op_index: int
 
+    @property
+    def breakdown(self) -> str:
+        """The message's device-independent part: "X is allocated by PyTorch, and Y is reserved by PyTorch
+        but unallocated" (the rest names the device and its free memory, which differ between GPUs)."""
+        start = self.message.find("Of the allocated memory ")
+        end = self.message.find(" If reserved", start)
+        if start < 0 or end < 0:
+            return self.message
+        return self.message[start + len("Of the allocated memory ") : end]
+
 
 @dataclass(frozen=True)
 class Event:

@@ -6,6 +6,9 @@ backend's :meth:`~memviz.backends.base.Backend.describe` always says which one r
 
 from __future__ import annotations
 
+import os
+import sys
+
 from memviz.backends.base import Backend, DriverMemory, fraction_for_cap
 from memviz.backends.simulated import SimTensor, SimulatedBackend
 from memviz.devices import SimulatedDevice
@@ -17,8 +20,17 @@ __all__ = ["Backend", "DriverMemory", "SimTensor", "SimulatedBackend", "cuda_ava
 KINDS = ("auto", "cuda", "sim")
 
 
+_NVIDIA_DEVICE_NODES = ("/dev/nvidiactl", "/dev/dxg")  # Linux driver; WSL2's GPU paravirtualization
+
+
 def cuda_available() -> bool:
-    """True when torch is installed and sees a CUDA device."""
+    """True when torch is installed and sees a CUDA device.
+
+    Without an NVIDIA device node and with torch not yet imported, the answer is False without importing
+    torch (which takes seconds), so the simulator starts fast on laptops, Binder and CI.
+    """
+    if "torch" not in sys.modules and not any(os.path.exists(node) for node in _NVIDIA_DEVICE_NODES):
+        return False
     try:
         import torch
     except ImportError:
