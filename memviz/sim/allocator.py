@@ -12,7 +12,7 @@ attributes to locals; everything else calls them.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +29,33 @@ from .constants import (
     SMALL_SIZE,
 )
 from .errors import InvalidFreeError, OutOfMemoryError
-from .stats import AGGREGATE, LARGE_POOL, SMALL_POOL, DeviceStats, decrease_stat, increase_stat
+from .stats import (
+    ALLOCATED_BYTES,
+    ALLOCATED_BYTES_PEAK,
+    ALLOCATED_BYTES_TOTAL,
+    ALLOCATION,
+    ALLOCATION_PEAK,
+    ALLOCATION_TOTAL,
+    INACTIVE_SPLIT,
+    INACTIVE_SPLIT_BYTES,
+    INACTIVE_SPLIT_BYTES_PEAK,
+    INACTIVE_SPLIT_BYTES_TOTAL,
+    INACTIVE_SPLIT_PEAK,
+    INACTIVE_SPLIT_TOTAL,
+    LARGE_POOL,
+    OVERSIZE_ALLOCATIONS,
+    OVERSIZE_SEGMENTS,
+    REQUESTED_BYTES,
+    REQUESTED_BYTES_PEAK,
+    REQUESTED_BYTES_TOTAL,
+    RESERVED_BYTES,
+    SEGMENT,
+    SMALL_POOL,
+    DeviceStats,
+    decrease_stat,
+    increase_single,
+    increase_stat,
+)
 
 __all__ = ["CachingAllocator"]
 
@@ -41,10 +67,10 @@ class _AllocParams:
 
     __slots__ = ("alloc_size", "block", "pool", "size")
 
-    def __init__(self, size: int, pool: BlockPool, alloc_size: int) -> None:
-        self.size = size
-        self.pool = pool
-        self.alloc_size = alloc_size
+    def __init__(self) -> None:
+        self.size = 0
+        self.pool: BlockPool | None = None
+        self.alloc_size = 0
         self.block: Block | None = None
 
 
@@ -107,6 +133,7 @@ class CachingAllocator:
         if record_history:
             self._trace_append = self._trace.append if clock is None else self._append_timed
         self._address_space = AddressSpace()
+        self._params = _AllocParams()
         self.stats = DeviceStats(cfg.max_split_size)
         self.small_blocks = BlockPool(True, SMALL_POOL)
         self.large_blocks = BlockPool(False, LARGE_POOL)
@@ -145,19 +172,19 @@ class CachingAllocator:
 
     def memory_allocated(self) -> int:
         """Return the bytes occupied by live allocations (``allocated_bytes.all.current``)."""
-        return self.stats.allocated_bytes[AGGREGATE][0]
+        return self.stats.agg[ALLOCATED_BYTES]
 
     def memory_reserved(self) -> int:
         """Return the bytes held from the driver, cached or not (``reserved_bytes.all.current``)."""
-        return self.stats.reserved_bytes[AGGREGATE][0]
+        return self.stats.agg[RESERVED_BYTES]
 
     def max_memory_allocated(self) -> int:
         """Return the peak of ``memory_allocated()`` in bytes since the last peak reset."""
-        return self.stats.allocated_bytes[AGGREGATE][1]
+        return self.stats.agg[ALLOCATED_BYTES_PEAK]
 
     def max_memory_reserved(self) -> int:
         """Return the peak of ``memory_reserved()`` in bytes since the last peak reset."""
-        return self.stats.reserved_bytes[AGGREGATE][1]
+        return self.stats.agg[RESERVED_BYTES + 1]  # its peak
 
     def device_free_bytes(self) -> int:
         """Return what ``cudaMemGetInfo`` would report free: total - context - reserved bytes."""
@@ -268,11 +295,15 @@ class CachingAllocator:
             rounded = -(-size // MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE  # round_size, inlined
         else:
             rounded = self.round_size(size)
+        p = self._params  # one AllocParams, reused: malloc never re-enters itself
+        p.size = rounded
         if rounded <= SMALL_SIZE:  # get_pool and get_allocation_size, inlined
-            p = _AllocParams(rounded, self.small_blocks, SMALL_BUFFER)
+            p.pool = self.small_blocks
+            p.alloc_size = SMALL_BUFFER
         else:
-            alloc_size = self.get_allocation_size(rounded)
-            p = _AllocParams(rounded, self.large_blocks, alloc_size)
+            p.pool = self.large_blocks
+            p.alloc_size = (self._large_segment_size if rounded < MIN_LARGE_ALLOC
+                            else -(-rounded // ROUND_LARGE) * ROUND_LARGE)
         if not self.get_free_block(p):
             if self._gc_active:
                 self.garbage_collect_cached_blocks()
@@ -366,12 +397,10 @@ class CachingAllocator:
         segment.head = block
         self._segments[ptr] = segment
         st = pool.stat_type
-        increase_stat(stats.segment[AGGREGATE], 1)
-        increase_stat(stats.segment[st], 1)
-        increase_stat(stats.reserved_bytes[AGGREGATE], alloc_size)
-        increase_stat(stats.reserved_bytes[st], alloc_size)
+        increase_stat(stats, st, SEGMENT, 1)
+        increase_stat(stats, st, RESERVED_BYTES, alloc_size)
         if alloc_size >= self._max_split_size:
-            increase_stat(stats.oversize_segments, 1)
+            increase_single(stats.agg, OVERSIZE_SEGMENTS, 1)
         stats.num_device_alloc += 1
         self._record("segment_alloc", ptr, alloc_size)
         p.block = block
@@ -389,9 +418,8 @@ class CachingAllocator:
         st = pool.stat_type
         stats = self.stats
         segment = block.segment
-        expandable = segment.expandable
-        already_split = block.prev is not None or block.next is not None
         if split_remainder:
+            already_split = block.prev is not None or block.next is not None
             remaining = block
             block = Block(size, remaining.ptr, segment)
             prev = remaining.prev
@@ -402,28 +430,49 @@ class CachingAllocator:
                 segment.head = block
             block.next = remaining
             remaining.prev = block
-            remaining.ptr += size
-            remaining.size -= size
-            pool.insert_into_blocks(remaining)
-            if not expandable:
+            rptr = remaining.ptr = remaining.ptr + size
+            rsize = remaining.size = remaining.size - size
+            # pool.insert_into_blocks(remaining), inlined
+            key = rsize << _SIZE_SHIFT | rptr
+            insort(pool.keys, key)
+            pool.by_key[key] = remaining
+            remaining.gc_count_base = pool.get_free_blocks_call_count
+            if not segment.expandable:
+                s = stats.pool[st]
+                a = stats.agg
                 if already_split:
-                    # an already-split inactive block shrank by size bytes
-                    decrease_stat(stats.inactive_split_bytes[AGGREGATE], size)
-                    decrease_stat(stats.inactive_split_bytes[st], size)
+                    # an already-split inactive block shrank by size bytes (decrease_stat, inlined)
+                    s[INACTIVE_SPLIT_BYTES] -= size
+                    a[INACTIVE_SPLIT_BYTES] -= size
                 else:
-                    # a new split inactive block of remaining.size bytes
-                    rsize = remaining.size
-                    increase_stat(stats.inactive_split_bytes[AGGREGATE], rsize)
-                    increase_stat(stats.inactive_split_bytes[st], rsize)
-                    increase_stat(stats.inactive_split[AGGREGATE], 1)
-                    increase_stat(stats.inactive_split[st], 1)
-        elif already_split and not expandable:
-            # an already-split free block becomes active
+                    # a new split inactive block of rsize bytes (increase_stat, inlined)
+                    c = s[INACTIVE_SPLIT_BYTES] + rsize
+                    s[INACTIVE_SPLIT_BYTES] = c
+                    if c > s[INACTIVE_SPLIT_BYTES_PEAK]:
+                        s[INACTIVE_SPLIT_BYTES_PEAK] = c
+                    s[INACTIVE_SPLIT_BYTES_TOTAL] += rsize
+                    c = a[INACTIVE_SPLIT_BYTES] + rsize
+                    a[INACTIVE_SPLIT_BYTES] = c
+                    if c > a[INACTIVE_SPLIT_BYTES_PEAK]:
+                        a[INACTIVE_SPLIT_BYTES_PEAK] = c
+                    c = s[INACTIVE_SPLIT] + 1
+                    s[INACTIVE_SPLIT] = c
+                    if c > s[INACTIVE_SPLIT_PEAK]:
+                        s[INACTIVE_SPLIT_PEAK] = c
+                    s[INACTIVE_SPLIT_TOTAL] += 1
+                    c = a[INACTIVE_SPLIT] + 1
+                    a[INACTIVE_SPLIT] = c
+                    if c > a[INACTIVE_SPLIT_PEAK]:
+                        a[INACTIVE_SPLIT_PEAK] = c
+        elif not segment.expandable and (block.prev is not None or block.next is not None):
+            # an already-split free block becomes active (decrease_stat, inlined)
             bsize = block.size
-            decrease_stat(stats.inactive_split_bytes[AGGREGATE], bsize)
-            decrease_stat(stats.inactive_split_bytes[st], bsize)
-            decrease_stat(stats.inactive_split[AGGREGATE], 1)
-            decrease_stat(stats.inactive_split[st], 1)
+            s = stats.pool[st]
+            a = stats.agg
+            s[INACTIVE_SPLIT_BYTES] -= bsize
+            a[INACTIVE_SPLIT_BYTES] -= bsize
+            s[INACTIVE_SPLIT] -= 1
+            a[INACTIVE_SPLIT] -= 1
         block.allocated = True
         block.requested_size = orig_size
         ptr = block.ptr
@@ -432,45 +481,40 @@ class CachingAllocator:
         if trace_append is not None:
             trace_append(("alloc", ptr, orig_size))
         bsize = block.size
-        # increase_stat, inlined: allocation (== active), allocated_bytes (== active_bytes), requested_bytes
-        s = stats.allocation[AGGREGATE]
-        c = s[0] + 1
-        s[0] = c
-        if c > s[1]:
-            s[1] = c
-        s[2] += 1
-        s = stats.allocation[st]
-        c = s[0] + 1
-        s[0] = c
-        if c > s[1]:
-            s[1] = c
-        s[2] += 1
-        s = stats.allocated_bytes[AGGREGATE]
-        c = s[0] + bsize
-        s[0] = c
-        if c > s[1]:
-            s[1] = c
-        s[2] += bsize
-        s = stats.allocated_bytes[st]
-        c = s[0] + bsize
-        s[0] = c
-        if c > s[1]:
-            s[1] = c
-        s[2] += bsize
-        s = stats.requested_bytes[AGGREGATE]
-        c = s[0] + orig_size
-        s[0] = c
-        if c > s[1]:
-            s[1] = c
-        s[2] += orig_size
-        s = stats.requested_bytes[st]
-        c = s[0] + orig_size
-        s[0] = c
-        if c > s[1]:
-            s[1] = c
-        s[2] += orig_size
+        # increase_stat(stats, st, family, n), inlined for allocation (== active), allocated_bytes
+        # (== active_bytes) and requested_bytes: the pool's current, peak, total; the aggregate's
+        # current and peak (its total is the pools' sum)
+        s = stats.pool[st]
+        a = stats.agg
+        c = s[ALLOCATION] + 1
+        s[ALLOCATION] = c
+        if c > s[ALLOCATION_PEAK]:
+            s[ALLOCATION_PEAK] = c
+        s[ALLOCATION_TOTAL] += 1
+        c = a[ALLOCATION] + 1
+        a[ALLOCATION] = c
+        if c > a[ALLOCATION_PEAK]:
+            a[ALLOCATION_PEAK] = c
+        c = s[ALLOCATED_BYTES] + bsize
+        s[ALLOCATED_BYTES] = c
+        if c > s[ALLOCATED_BYTES_PEAK]:
+            s[ALLOCATED_BYTES_PEAK] = c
+        s[ALLOCATED_BYTES_TOTAL] += bsize
+        c = a[ALLOCATED_BYTES] + bsize
+        a[ALLOCATED_BYTES] = c
+        if c > a[ALLOCATED_BYTES_PEAK]:
+            a[ALLOCATED_BYTES_PEAK] = c
+        c = s[REQUESTED_BYTES] + orig_size
+        s[REQUESTED_BYTES] = c
+        if c > s[REQUESTED_BYTES_PEAK]:
+            s[REQUESTED_BYTES_PEAK] = c
+        s[REQUESTED_BYTES_TOTAL] += orig_size
+        c = a[REQUESTED_BYTES] + orig_size
+        a[REQUESTED_BYTES] = c
+        if c > a[REQUESTED_BYTES_PEAK]:
+            a[REQUESTED_BYTES_PEAK] = c
         if bsize >= self._max_split_size:
-            increase_stat(stats.oversize_allocations, 1)
+            increase_single(a, OVERSIZE_ALLOCATIONS, 1)
         return ptr
 
     # ------------------------------------------------------------------ free
@@ -496,26 +540,19 @@ class CachingAllocator:
                                    "(allocator state unchanged)")
         block.allocated = False
         stats = self.stats
-        st = block.segment.pool.stat_type
+        s = stats.pool[block.segment.pool.stat_type]
+        a = stats.agg
         bsize = block.size
         # decrease_stat, inlined: allocation and allocated_bytes (active follows them)
-        s = stats.allocation[AGGREGATE]
-        s[0] -= 1
-        s[3] += 1
-        s = stats.allocation[st]
-        s[0] -= 1
-        s[3] += 1
-        s = stats.allocated_bytes[AGGREGATE]
-        s[0] -= bsize
-        s[3] += bsize
-        s = stats.allocated_bytes[st]
-        s[0] -= bsize
-        s[3] += bsize
+        s[ALLOCATION] -= 1
+        a[ALLOCATION] -= 1
+        s[ALLOCATED_BYTES] -= bsize
+        a[ALLOCATED_BYTES] -= bsize
         trace_append = self._trace_append
         if trace_append is not None:
             trace_append(("free_requested", ptr, block.requested_size))
         if bsize >= self._max_split_size:
-            decrease_stat(stats.oversize_allocations, 1)
+            a[OVERSIZE_ALLOCATIONS] -= 1
         self.free_block(block)
 
     def _owns(self, ptr: int) -> bool:
@@ -528,44 +565,58 @@ class CachingAllocator:
             trace_append(("free_completed", block.ptr, block.requested_size))
         segment = block.segment
         pool = segment.pool
-        req = block.requested_size
         net_n = 0
         net_b = 0
         prev = block.prev
         if prev is not None and not prev.allocated and prev.mapped == block.mapped:
-            subsumed = self.try_merge_blocks(block, prev, pool)
+            net_b -= self.try_merge_blocks(block, prev, pool)
             net_n -= 1
-            net_b -= subsumed
         nxt = block.next
         if nxt is not None and not nxt.allocated and nxt.mapped == block.mapped:
-            subsumed = self.try_merge_blocks(block, nxt, pool)
+            net_b -= self.try_merge_blocks(block, nxt, pool)
             net_n -= 1
-            net_b -= subsumed
-        pool.insert_into_blocks(block)
+        # pool.insert_into_blocks(block), inlined
+        bsize = block.size
+        key = bsize << _SIZE_SHIFT | block.ptr
+        insort(pool.keys, key)
+        pool.by_key[key] = block
+        block.gc_count_base = pool.get_free_blocks_call_count
         stats = self.stats
         st = pool.stat_type
+        s = stats.pool[st]
+        a = stats.agg
         if not segment.expandable:
             if block.prev is not None or block.next is not None:
                 net_n += 1
-                net_b += block.size
+                net_b += bsize
+            # increase_stat for a net gain, decrease_stat for a net loss (current += net), inlined
+            c = s[INACTIVE_SPLIT] + net_n
+            s[INACTIVE_SPLIT] = c
             if net_n > 0:
-                increase_stat(stats.inactive_split[AGGREGATE], net_n)
-                increase_stat(stats.inactive_split[st], net_n)
-            elif net_n < 0:
-                decrease_stat(stats.inactive_split[AGGREGATE], -net_n)
-                decrease_stat(stats.inactive_split[st], -net_n)
+                if c > s[INACTIVE_SPLIT_PEAK]:
+                    s[INACTIVE_SPLIT_PEAK] = c
+                s[INACTIVE_SPLIT_TOTAL] += net_n
+                c = a[INACTIVE_SPLIT] + net_n
+                a[INACTIVE_SPLIT] = c
+                if c > a[INACTIVE_SPLIT_PEAK]:
+                    a[INACTIVE_SPLIT_PEAK] = c
+            else:
+                a[INACTIVE_SPLIT] += net_n
+            c = s[INACTIVE_SPLIT_BYTES] + net_b
+            s[INACTIVE_SPLIT_BYTES] = c
             if net_b > 0:
-                increase_stat(stats.inactive_split_bytes[AGGREGATE], net_b)
-                increase_stat(stats.inactive_split_bytes[st], net_b)
-            elif net_b < 0:
-                decrease_stat(stats.inactive_split_bytes[AGGREGATE], -net_b)
-                decrease_stat(stats.inactive_split_bytes[st], -net_b)
-        s = stats.requested_bytes[AGGREGATE]
-        s[0] -= req
-        s[3] += req
-        s = stats.requested_bytes[st]
-        s[0] -= req
-        s[3] += req
+                if c > s[INACTIVE_SPLIT_BYTES_PEAK]:
+                    s[INACTIVE_SPLIT_BYTES_PEAK] = c
+                s[INACTIVE_SPLIT_BYTES_TOTAL] += net_b
+                c = a[INACTIVE_SPLIT_BYTES] + net_b
+                a[INACTIVE_SPLIT_BYTES] = c
+                if c > a[INACTIVE_SPLIT_BYTES_PEAK]:
+                    a[INACTIVE_SPLIT_BYTES_PEAK] = c
+            else:
+                a[INACTIVE_SPLIT_BYTES] += net_b
+        req = block.requested_size
+        s[REQUESTED_BYTES] -= req  # decrease_stat, inlined
+        a[REQUESTED_BYTES] -= req
 
     def try_merge_blocks(self, dst: Block, src: Block | None, pool: BlockPool) -> int:
         """Merge free ``src`` into its neighbour ``dst``; return the bytes subsumed, 0 if none.
@@ -589,7 +640,11 @@ class CachingAllocator:
                 nxt.prev = dst
         subsumed = src.size
         if src.mapped:
-            pool.erase(src)
+            # pool.erase(src), inlined
+            key = subsumed << _SIZE_SHIFT | src.ptr
+            keys = pool.keys
+            del keys[bisect_left(keys, key)]
+            del pool.by_key[key]
         else:
             pool.erase_unmapped(src)
         dst.size += subsumed
@@ -617,7 +672,10 @@ class CachingAllocator:
         of expandable segments (``release_blocks``)."""
         to_unmap = []
         by_key = pool.by_key
-        for key in list(pool.keys):
+        keys = pool.keys
+        # Smaller blocks can neither be a whole segment nor hold a whole page: skip them.
+        smallest = SMALL_BUFFER if pool.is_small else min(self._large_segment_size, MIN_LARGE_ALLOC)
+        for key in keys[bisect_left(keys, smallest << _SIZE_SHIFT):]:
             block = by_key[key]
             if block.segment.expandable:
                 to_unmap.append(block)
@@ -640,12 +698,10 @@ class CachingAllocator:
         self.total_allocated_memory -= size
         pool = block.segment.pool
         st = pool.stat_type
-        decrease_stat(stats.segment[AGGREGATE], 1)
-        decrease_stat(stats.segment[st], 1)
-        decrease_stat(stats.reserved_bytes[AGGREGATE], size)
-        decrease_stat(stats.reserved_bytes[st], size)
+        decrease_stat(stats, st, SEGMENT, 1)
+        decrease_stat(stats, st, RESERVED_BYTES, size)
         if size >= self._max_split_size:
-            decrease_stat(stats.oversize_segments, 1)
+            stats.agg[OVERSIZE_SEGMENTS] -= 1  # decrease_stat of a single stat
         pool.erase(block)
 
     def release_available_cached_blocks(self, p: _AllocParams) -> bool:
@@ -797,8 +853,7 @@ class CachingAllocator:
         pool.insert_into_blocks(to_map)
         self.total_allocated_memory += mapped_size
         stats = self.stats
-        increase_stat(stats.reserved_bytes[AGGREGATE], mapped_size)
-        increase_stat(stats.reserved_bytes[pool.stat_type], mapped_size)
+        increase_stat(stats, pool.stat_type, RESERVED_BYTES, mapped_size)
         stats.num_device_alloc += 1
         self._record("segment_map", map_ptr, mapped_size)
         return True
@@ -843,8 +898,7 @@ class CachingAllocator:
         pool.insert_unmapped(block)
         self.total_allocated_memory -= unmapped_size
         stats = self.stats
-        decrease_stat(stats.reserved_bytes[AGGREGATE], unmapped_size)
-        decrease_stat(stats.reserved_bytes[pool.stat_type], unmapped_size)
+        decrease_stat(stats, pool.stat_type, RESERVED_BYTES, unmapped_size)
         stats.num_device_free += 1
         self._record("segment_unmap", begin, unmapped_size)
 
@@ -862,8 +916,8 @@ class CachingAllocator:
         device_free = self.device_free_bytes()
         self._record("oom", device_free, p.size)
         stats.num_ooms += 1
-        allocated = stats.allocated_bytes[AGGREGATE][0]
-        reserved = stats.reserved_bytes[AGGREGATE][0]
+        allocated = stats.agg[ALLOCATED_BYTES]
+        reserved = stats.agg[RESERVED_BYTES]
         proc_info = ""
         if self.context_bytes:
             proc_info = ("Including non-PyTorch memory, this process has "
@@ -894,7 +948,7 @@ class CachingAllocator:
         """
         from .snapshot import build_snapshot
 
-        self._record("snapshot", 0, self.stats.allocated_bytes[AGGREGATE][0])
+        self._record("snapshot", 0, self.stats.agg[ALLOCATED_BYTES])
         return build_snapshot(self)
 
     def memory_summary(self, abbreviated: bool = False) -> str:

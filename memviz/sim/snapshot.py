@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .stats import AGGREGATE, LARGE_POOL, SMALL_POOL
+from .stats import LARGE_POOL, SMALL_POOL
 
 if TYPE_CHECKING:
     from .allocator import CachingAllocator
@@ -176,16 +176,22 @@ def check_invariants(allocator: CachingAllocator) -> None:
             assert blk.segment.pool is p, "free block in the wrong pool"
     stats = a.stats
     for name, per_pool in cur.items():
-        arr = getattr(stats, name)
         for t in (SMALL_POOL, LARGE_POOL):
-            assert arr[t][0] == per_pool[t], f"{name}[{t}].current={arr[t][0]}, snapshot: {per_pool[t]}"
-        assert arr[AGGREGATE][0] == per_pool[SMALL_POOL] + per_pool[LARGE_POOL], f"{name}.all.current wrong"
-    assert stats.oversize_allocations[0] == oversize_alloc, "oversize_allocations.current wrong"
-    assert stats.oversize_segments[0] == oversize_seg, "oversize_segments.current wrong"
-    assert a.total_allocated_memory == stats.reserved_bytes[AGGREGATE][0], "total_allocated_memory wrong"
-    assert len(a._active_blocks) == stats.allocation[AGGREGATE][0], "active_blocks count wrong"
-    allocated = stats.allocated_bytes[AGGREGATE][0]
-    reserved = stats.reserved_bytes[AGGREGATE][0]
+            got = stats.get(name, t)["current"]
+            assert got == per_pool[t], f"{name}[{t}].current={got}, snapshot: {per_pool[t]}"
+        all_stat = stats.get(name)
+        assert all_stat["current"] == per_pool[SMALL_POOL] + per_pool[LARGE_POOL], f"{name}.all.current wrong"
+        pools = [stats.get(name, t) for t in (SMALL_POOL, LARGE_POOL)]
+        for field in ("allocated", "freed"):
+            assert all_stat[field] == sum(d[field] for d in pools), f"{name}.all.{field} wrong"
+        for d in (all_stat, *pools):
+            assert d["freed"] >= 0 and d["allocated"] >= 0 and d["peak"] >= d["current"], f"{name}: {d}"
+    assert stats.get("oversize_allocations")["current"] == oversize_alloc, "oversize_allocations.current wrong"
+    assert stats.get("oversize_segments")["current"] == oversize_seg, "oversize_segments.current wrong"
+    allocated = stats.get("allocated_bytes")["current"]
+    reserved = stats.get("reserved_bytes")["current"]
+    assert a.total_allocated_memory == reserved, "total_allocated_memory wrong"
+    assert len(a._active_blocks) == stats.get("allocation")["current"], "active_blocks count wrong"
     assert 0 <= allocated <= reserved, "allocated > reserved"
     assert reserved <= a.total_memory - a.context_bytes, "reserved exceeds the device"
     if a.allowed_memory_bytes is not None:

@@ -1,12 +1,29 @@
-"""Allocator statistics: torch's ``Stat`` record and the flat ``memory_stats()`` dict.
+"""Allocator statistics: torch's ``Stat`` counters and the flat ``memory_stats()`` dict.
 
-A stat is a 4-item list ``[current, peak, allocated, freed]`` (``c10::CachingDeviceAllocator::Stat``):
+A torch ``Stat`` (``c10::CachingDeviceAllocator::Stat``) has four fields — current, peak, allocated,
+freed — and changes only through two updates:
 
 - ``increase_stat(stat, n)``: current += n; peak = max(peak, current); allocated += n.
 - ``decrease_stat(stat, n)``: current -= n; freed += n (peak unchanged).
 
-A ``StatArray`` is three stats indexed by :data:`AGGREGATE`, :data:`SMALL_POOL`, :data:`LARGE_POOL`.
-The allocator's hot paths inline these two functions (same arithmetic, no call).
+A ``StatArray`` is three stats indexed by :data:`AGGREGATE`, :data:`SMALL_POOL`, :data:`LARGE_POOL`,
+and every update of a pool's stat also updates the aggregate one by the same amount.
+
+Layout (chosen so that ``malloc`` / ``free`` do as few list operations as possible): each pool's
+counters are one flat list of ints, :attr:`DeviceStats.small` and :attr:`DeviceStats.large`, three
+slots per family — current at the family's index (``ALLOCATION``, ``ALLOCATED_BYTES``, ...), then
+its ``*_PEAK`` and its ``*_TOTAL`` (torch's ``allocated``). Two fields are implied, not stored:
+
+- ``freed = total - current + base``, with ``base`` the current value at the last
+  ``reset_accumulated`` (0 before): torch's updates keep ``allocated - freed`` equal to the change of
+  ``current``. So a decrease is one subtraction.
+- the aggregate's ``allocated`` and ``freed`` are the sums of the two pools'. :attr:`DeviceStats.agg`
+  stores the aggregate's current and peak only (its ``*_TOTAL`` slots stay 0), plus the two
+  ``oversize_*`` stats, which are single stats (current, peak, total all stored).
+
+``increase_stat`` / ``decrease_stat`` below update a family in one pool and the aggregate; the
+allocator's hot paths (``alloc_found_block``, ``free``, ``free_block``) do the same arithmetic
+inline. ``memory_stats()`` builds the 122-key dict from these lists only when asked.
 
 Key grammar of ``memory_stats()`` (torch/cuda/memory.py):
 ``"{family}.{all,large_pool,small_pool}.{allocated,current,freed,peak}"`` for the StatArray families
@@ -17,9 +34,18 @@ from __future__ import annotations
 
 __all__ = [
     "AGGREGATE",
+    "ALLOCATED_BYTES",
+    "ALLOCATION",
     "ARRAY_FAMILIES",
+    "INACTIVE_SPLIT",
+    "INACTIVE_SPLIT_BYTES",
     "LARGE_POOL",
+    "OVERSIZE_ALLOCATIONS",
+    "OVERSIZE_SEGMENTS",
+    "REQUESTED_BYTES",
+    "RESERVED_BYTES",
     "SCALARS",
+    "SEGMENT",
     "SMALL_POOL",
     "DeviceStats",
     "decrease_stat",
@@ -27,7 +53,6 @@ __all__ = [
     "stat_keys",
 ]
 
-CURRENT, PEAK, ALLOCATED, FREED = 0, 1, 2, 3
 AGGREGATE, SMALL_POOL, LARGE_POOL = 0, 1, 2  # StatType::AGGREGATE, SMALL_POOL, LARGE_POOL
 
 # StatArray families: COUNT = number of blocks/segments, SUM = bytes.
@@ -46,48 +71,80 @@ OVERSIZE_FAMILIES = ("oversize_allocations", "oversize_segments")  # COUNT: bloc
 SCALARS = ("max_split_size", "num_alloc_retries", "num_device_alloc", "num_device_free", "num_ooms",
            "num_sync_all_streams")
 
+# Slot of each stored family's *current* value in a counter list; peak is the next slot, total the
+# one after (ALLOCATION_PEAK == ALLOCATION + 1, ...). active / active_bytes are not stored: without
+# record_stream a block stops being active in the call that frees it, so they equal allocation /
+# allocated_bytes.
+(ALLOCATION, ALLOCATION_PEAK, ALLOCATION_TOTAL,
+ ALLOCATED_BYTES, ALLOCATED_BYTES_PEAK, ALLOCATED_BYTES_TOTAL,
+ REQUESTED_BYTES, REQUESTED_BYTES_PEAK, REQUESTED_BYTES_TOTAL,
+ INACTIVE_SPLIT, INACTIVE_SPLIT_PEAK, INACTIVE_SPLIT_TOTAL,
+ INACTIVE_SPLIT_BYTES, INACTIVE_SPLIT_BYTES_PEAK, INACTIVE_SPLIT_BYTES_TOTAL,
+ RESERVED_BYTES, RESERVED_BYTES_PEAK, RESERVED_BYTES_TOTAL,
+ SEGMENT, SEGMENT_PEAK, SEGMENT_TOTAL,
+ # in DeviceStats.agg only: the two single (not per-pool) stats
+ OVERSIZE_ALLOCATIONS, OVERSIZE_ALLOCATIONS_PEAK, OVERSIZE_ALLOCATIONS_TOTAL,
+ OVERSIZE_SEGMENTS, OVERSIZE_SEGMENTS_PEAK, OVERSIZE_SEGMENTS_TOTAL) = range(27)
+_N_POOL_SLOTS = 21
+_FAMILY_SLOT = {"allocation": ALLOCATION, "allocated_bytes": ALLOCATED_BYTES, "requested_bytes": REQUESTED_BYTES,
+                "inactive_split": INACTIVE_SPLIT, "inactive_split_bytes": INACTIVE_SPLIT_BYTES,
+                "reserved_bytes": RESERVED_BYTES, "segment": SEGMENT, "active": ALLOCATION,
+                "active_bytes": ALLOCATED_BYTES}
 
-def increase_stat(stat: list[int], amount: int) -> None:
-    """Add ``amount`` to ``stat``: current, allocated and (if exceeded) peak move."""
-    c = stat[0] + amount
-    stat[0] = c
-    if c > stat[1]:
-        stat[1] = c
-    stat[2] += amount
+
+def increase_stat(stats: DeviceStats, stat_type: int, family: int, amount: int) -> None:
+    """Add ``amount`` to ``family`` in pool ``stat_type`` and in the aggregate: current, total and
+    (if exceeded) peak move."""
+    s = stats.pool[stat_type]
+    c = s[family] + amount
+    s[family] = c
+    if c > s[family + 1]:
+        s[family + 1] = c
+    s[family + 2] += amount
+    a = stats.agg
+    c = a[family] + amount
+    a[family] = c
+    if c > a[family + 1]:
+        a[family + 1] = c
 
 
-def decrease_stat(stat: list[int], amount: int) -> None:
-    """Subtract ``amount`` from ``stat``: current drops, freed grows, peak stays."""
-    stat[0] -= amount
-    stat[3] += amount
+def decrease_stat(stats: DeviceStats, stat_type: int, family: int, amount: int) -> None:
+    """Subtract ``amount`` from ``family`` in pool ``stat_type`` and in the aggregate: current drops,
+    freed grows (implied), peak stays."""
+    stats.pool[stat_type][family] -= amount
+    stats.agg[family] -= amount
 
 
-def _new_array() -> tuple[list[int], list[int], list[int]]:
-    return ([0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0])
+def increase_single(counters: list[int], slot: int, amount: int) -> None:
+    """``increase_stat`` for a single stat (``oversize_*``): current, total and peak."""
+    c = counters[slot] + amount
+    counters[slot] = c
+    if c > counters[slot + 1]:
+        counters[slot + 1] = c
+    counters[slot + 2] += amount
 
 
 class DeviceStats:
-    """All counters of one device (``DeviceStats`` in CachingDeviceAllocator.h).
+    """All counters of one device (``DeviceStats`` in CachingDeviceAllocator.h), laid out flat.
 
-    ``active`` and ``active_bytes`` are not stored: without ``record_stream`` a block stops being
-    active in the same call that frees it, so they always equal ``allocation`` / ``allocated_bytes``.
+    Attributes:
+        small, large: the pools' counter lists (see the module docstring for the slots).
+        agg: the aggregate's current and peak per family, then the ``oversize_*`` stats.
+        pool: ``(agg, small, large)``, indexed by stat type.
+        num_alloc_retries, num_device_alloc, num_device_free, num_ooms, num_sync_all_streams: counts.
+        max_split_size: bytes, fixed at construction (-1 when unlimited).
     """
 
-    __slots__ = ("allocated_bytes", "allocation", "inactive_split", "inactive_split_bytes", "max_split_size",
-                 "num_alloc_retries", "num_device_alloc", "num_device_free", "num_ooms",
-                 "num_sync_all_streams", "oversize_allocations", "oversize_segments", "requested_bytes",
-                 "reserved_bytes", "segment")
+    __slots__ = ("_base", "agg", "large", "max_split_size", "num_alloc_retries", "num_device_alloc",
+                 "num_device_free", "num_ooms", "num_sync_all_streams", "pool", "small")
 
     def __init__(self, max_split_size: int) -> None:
-        self.allocation = _new_array()
-        self.allocated_bytes = _new_array()
-        self.inactive_split = _new_array()
-        self.inactive_split_bytes = _new_array()
-        self.requested_bytes = _new_array()
-        self.reserved_bytes = _new_array()
-        self.segment = _new_array()
-        self.oversize_allocations = [0, 0, 0, 0]
-        self.oversize_segments = [0, 0, 0, 0]
+        self.small = [0] * _N_POOL_SLOTS
+        self.large = [0] * _N_POOL_SLOTS
+        self.agg = [0] * 27
+        self.pool = (self.agg, self.small, self.large)
+        # freed = total - current + base; base = current at the last reset_accumulated (slot-aligned)
+        self._base = ([0] * 27, [0] * _N_POOL_SLOTS, [0] * _N_POOL_SLOTS)
         # Fixed at construction; SIZE_MAX (unlimited) reads back as -1 (cast to int64).
         self.max_split_size = max_split_size if max_split_size < (1 << 63) else -1
         self.num_alloc_retries = 0
@@ -96,40 +153,63 @@ class DeviceStats:
         self.num_ooms = 0
         self.num_sync_all_streams = 0
 
-    def _all_stats(self) -> list[list[int]]:
-        stats = [s for name in ("allocation", "allocated_bytes", "inactive_split", "inactive_split_bytes",
-                                "requested_bytes", "reserved_bytes", "segment")
-                 for s in getattr(self, name)]
-        return [*stats, self.oversize_allocations, self.oversize_segments]
+    def get(self, family: str, stat_type: int = AGGREGATE) -> dict[str, int]:
+        """Return one stat as torch names its fields: ``{"current", "peak", "allocated", "freed"}``.
+
+        ``family`` is a StatArray family (``"reserved_bytes"``, ...) or ``"oversize_allocations"`` /
+        ``"oversize_segments"`` (no ``stat_type``).
+        """
+        if family in OVERSIZE_FAMILIES:
+            slot = OVERSIZE_ALLOCATIONS if family == "oversize_allocations" else OVERSIZE_SEGMENTS
+            s, b = self.agg, self._base[AGGREGATE]
+            current, peak, total, base = s[slot], s[slot + 1], s[slot + 2], b[slot]
+        else:
+            slot = _FAMILY_SLOT[family]
+            if stat_type == AGGREGATE:
+                s = self.agg
+                total = self.small[slot + 2] + self.large[slot + 2]
+                base = self._base[SMALL_POOL][slot] + self._base[LARGE_POOL][slot]
+            else:
+                s = self.pool[stat_type]
+                total = s[slot + 2]
+                base = self._base[stat_type][slot]
+            current, peak = s[slot], s[slot + 1]
+        return {"current": current, "peak": peak, "allocated": total, "freed": total - current + base}
 
     def reset_peak(self) -> None:
         """``resetPeakStats``: peak = current for every stat."""
-        for s in self._all_stats():
-            s[1] = s[0]
+        for s in self.pool:
+            for slot in range(0, len(s), 3):
+                s[slot + 1] = s[slot]
 
     def reset_accumulated(self) -> None:
         """``resetAccumulatedStats``: allocated = freed = 0 and the event counters to 0."""
-        for s in self._all_stats():
-            s[2] = s[3] = 0
+        for s, b in zip(self.pool, self._base, strict=True):
+            for slot in range(0, len(s), 3):
+                s[slot + 2] = 0
+                b[slot] = s[slot]  # freed = total - current + base = 0
         self.num_alloc_retries = self.num_device_alloc = self.num_device_free = 0
         self.num_ooms = self.num_sync_all_streams = 0
 
     def as_dict(self) -> dict[str, int]:
         """Return the flat, key-sorted dict that ``torch.cuda.memory_stats()`` returns (122 keys in 2.11)."""
+        get = self.get
         values: list[int] = []
-        for arr in (self.allocation, self.allocated_bytes, self.allocated_bytes, self.allocation,
-                    self.inactive_split, self.inactive_split_bytes):
+
+        def array(family: str) -> None:
             for t in (AGGREGATE, LARGE_POOL, SMALL_POOL):
-                s = arr[t]
-                values += (s[2], s[0], s[3], s[1])
-        values += (self.max_split_size, self.num_alloc_retries, self.num_device_alloc, self.num_device_free,
-                   self.num_ooms, self.num_sync_all_streams)
-        for s in (self.oversize_allocations, self.oversize_segments):
-            values += (s[2], s[0], s[3], s[1])
-        for arr in (self.requested_bytes, self.reserved_bytes, self.segment):
-            for t in (AGGREGATE, LARGE_POOL, SMALL_POOL):
-                s = arr[t]
-                values += (s[2], s[0], s[3], s[1])
+                d = get(family, t)
+                values.extend((d["allocated"], d["current"], d["freed"], d["peak"]))
+
+        for family in ARRAY_FAMILIES[:6]:
+            array(family)
+        values.extend((self.max_split_size, self.num_alloc_retries, self.num_device_alloc, self.num_device_free,
+                       self.num_ooms, self.num_sync_all_streams))
+        for family in OVERSIZE_FAMILIES:
+            d = get(family)
+            values.extend((d["allocated"], d["current"], d["freed"], d["peak"]))
+        for family in ARRAY_FAMILIES[6:]:
+            array(family)
         return dict(zip(_KEYS, values, strict=True))
 
 
