@@ -23,17 +23,9 @@ FILES = sorted(GOLDEN.glob("*.json.gz"))
 
 # Traces where the simulator's driver-address model (memviz/sim/addresses.py) places a segment
 # elsewhere than the H200 driver did; the allocator then breaks a tie between equal-size free blocks
-# (lowest address first) differently. Each entry names the first diverging tie.
-ADDRESS_TIES = {
-    ("gc_threshold", "random-2"): "op 1850: a 2 KiB request ties between four 2 MiB small segments; "
-                                  "the driver put a later one below an earlier one",
-    ("max_split_64", "random-1"): "op 1197: 1.9 MiB request ties between two 28 MiB-class large segments "
-                                  "placed by the driver in reused holes",
-    ("roundup4", "random-1"): "op 555: 1.5 MiB request ties between two large segments (reused VA hole)",
-    ("roundup4", "random-1-rerun2"): "same tie as random-1 (identical recording up to op 1440)",
-    ("roundup4", "random-2"): "op 620: 60.8 MiB request ties between five 62 MiB segments (reused VA holes)",
-    ("roundup4", "random-2-rerun2"): "same tie as random-2",
-}
+# (lowest address first) differently. Each entry names the first diverging tie. None at present: every
+# trace matches as far as the hardware reproduced it.
+ADDRESS_TIES: dict[tuple[str, str], str] = {}
 
 
 @cache
@@ -48,11 +40,12 @@ def _layout(segments: list[dict]) -> list:
 
 
 def _states(trace: dict) -> list[tuple]:
-    """The recorded state after every non-snapshot op: (op, size, ok, full stats)."""
+    """The recorded state after every op: (op, size, ok, full stats), or ("snapshot", layout)."""
     real = dict(trace["initial"])
     out = []
     for op in trace["ops"]:
         if op["op"] == "snapshot":
+            out.append(("snapshot", _layout(op["segments"])))
             continue
         real.update(op["d"])
         out.append((op["op"], op.get("size"), op.get("ok"), tuple(sorted(real.items()))))
@@ -60,7 +53,11 @@ def _states(trace: dict) -> list[tuple]:
 
 
 def hardware_prefix(data: dict, trace: dict) -> int:
-    """How many ops the hardware reproduced: the longest agreement with a rerun of the same trace."""
+    """How many ops the hardware reproduced: the longest agreement with a rerun of the same trace.
+
+    Counts non-snapshot ops (as ``replay`` does) up to the first op whose stats, or snapshot whose
+    layout, differ between the two recordings.
+    """
     base = trace["name"].split("-rerun")[0]
     mine = _states(trace)
     best = None
@@ -71,9 +68,9 @@ def hardware_prefix(data: dict, trace: dict) -> int:
         for x, y in zip(mine, _states(other), strict=False):
             if x != y:
                 break
-            n += 1
+            n += x[0] != "snapshot"
         best = n if best is None else max(best, n)
-    return len(mine) if best is None else best
+    return sum(x[0] != "snapshot" for x in mine) if best is None else best
 
 
 def replay(meta: dict, trace: dict) -> tuple[int, int, str]:
