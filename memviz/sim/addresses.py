@@ -55,7 +55,7 @@ _CONTEXT_GAPS = ((480, 488), (384, 414))
 class _Reservation:
     """One VA block: ``[lo, hi)``, chunk-aligned, holding ``cudaMalloc`` ranges ``ptr -> size``."""
 
-    __slots__ = ("lo", "hi", "ranges", "starts", "permanent")
+    __slots__ = ("hi", "lo", "permanent", "ranges", "starts")
 
     def __init__(self, lo: int, hi: int, permanent: bool = False) -> None:
         self.lo = lo
