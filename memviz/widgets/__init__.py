@@ -2,7 +2,9 @@
 
 ``memviz.widgets.dashboard(backend="sim", device="T4", cap="2 GiB")`` composes everything on one lab; each
 piece also works alone in a lesson (``SegmentMap(lab)``, ``MemoryGauges(lab)``, ``Timeline(lab)``): call
-``.refresh()`` after changing the lab, or ``.watch()`` to refresh after every cell.
+``.refresh()`` after changing the lab, or ``.watch()`` to refresh after every cell. For a recorded run:
+``SnapshotViewer("my_run.pickle")`` scrubs its events, ``WhatIfTable("my_run.pickle", configs)`` replays it
+under other allocator configs.
 """
 
 from memviz.widgets.controls import CONFIG_PRESETS, Controls
@@ -11,7 +13,9 @@ from memviz.widgets.event_log import EventLog, OOMBanner
 from memviz.widgets.gauges import MemoryGauges
 from memviz.widgets.live import CellHook
 from memviz.widgets.segment_map import SegmentMap, segment_bars
+from memviz.widgets.snapshot_viewer import SnapshotViewer, StateMap
 from memviz.widgets.timeline import Timeline
+from memviz.widgets.whatif_table import WhatIfTable, what_if_widget
 
 __all__ = [
     "CONFIG_PRESETS",
@@ -22,7 +26,11 @@ __all__ = [
     "MemoryGauges",
     "OOMBanner",
     "SegmentMap",
+    "SnapshotViewer",
+    "StateMap",
     "Timeline",
+    "WhatIfTable",
     "dashboard",
     "segment_bars",
+    "what_if_widget",
 ]
