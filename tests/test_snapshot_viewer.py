@@ -14,7 +14,7 @@ import pytest
 from memviz.snapshots import SnapshotError, SnapshotHistory, dumps_snapshot
 from memviz.widgets import SnapshotViewer, WhatIfTable, segment_bars, what_if_widget
 from memviz.widgets._common import MiB
-from memviz.widgets.snapshot_viewer import event_text
+from memviz.widgets.snapshot_viewer import envelope, event_text
 
 DATA = Path(__file__).parent / "data" / "snapshots"
 WORKLOAD = DATA / "workload" / "workload_default.pickle"
@@ -34,19 +34,24 @@ def viewer(history):
 
 @pytest.fixture(scope="module")
 def capped(history) -> WhatIfTable:
-    return WhatIfTable(history, {"expandable": "expandable_segments:True"}, cap="6000 MiB", check=False,
-                       progress=False)
+    return WhatIfTable(history, {"expandable": "expandable_segments:True"}, cap="6000 MiB", check=False, progress=False)
 
 
 def oom_snapshot() -> dict:
     """A tiny recording with one OOM (event 2): 1.5 GiB live, a 1 GiB request fails, then the free."""
-    return {"segments": [], "allocator_settings": {}, "device_traces": [[
-        {"action": "segment_alloc", "addr": 1 << 30, "size": 1536 * MiB, "stream": 0},
-        {"action": "alloc", "addr": 1 << 30, "size": 1536 * MiB, "stream": 0},
-        {"action": "oom", "size": 1024 * MiB, "device_free": 0, "stream": 0},
-        {"action": "free_requested", "addr": 1 << 30, "size": 1536 * MiB, "stream": 0},
-        {"action": "free_completed", "addr": 1 << 30, "size": 1536 * MiB, "stream": 0},
-    ]]}
+    return {
+        "segments": [],
+        "allocator_settings": {},
+        "device_traces": [
+            [
+                {"action": "segment_alloc", "addr": 1 << 30, "size": 1536 * MiB, "stream": 0},
+                {"action": "alloc", "addr": 1 << 30, "size": 1536 * MiB, "stream": 0},
+                {"action": "oom", "size": 1024 * MiB, "device_free": 0, "stream": 0},
+                {"action": "free_requested", "addr": 1 << 30, "size": 1536 * MiB, "stream": 0},
+                {"action": "free_completed", "addr": 1 << 30, "size": 1536 * MiB, "stream": 0},
+            ]
+        ],
+    }
 
 
 def assert_shows(v: SnapshotViewer, i: int) -> None:
@@ -67,9 +72,13 @@ def test_timeline_holds_every_event(viewer, history):
     tl = history.timeline
     data = viewer.timeline_fig.data
     assert [t.name for t in data[:3]] == ["allocated", "reserved", "active"]
-    assert [len(t.y) for t in data[:3]] == [len(history)] * 3 == [63_008] * 3
     for trace, series in zip(data[:3], (tl.allocated_bytes, tl.reserved_bytes, tl.active_bytes), strict=True):
-        assert (np.asarray(trace.y) * MiB == np.asarray(series)).all()  # MiB are exact: bytes / 2**20
+        series = np.asarray(series)
+        x = np.asarray(trace.x)
+        assert x[0] == 0 and x[-1] == len(history) - 1 == 63_007 and (np.diff(x) > 0).all()
+        assert len(x) <= 4 * 2000  # the envelope of 63,008 events
+        assert (np.asarray(trace.y) * MiB == series[x]).all()  # exact values (MiB are bytes / 2**20)
+        assert (series.max(), series.min()) == (max(trace.y) * MiB, min(trace.y) * MiB)
     assert max(data[1].y) == 9520  # MiB: the recorded peak reserved
     assert list(data[3].x) == []  # no recorded OOM
     assert "63,008 events" in viewer.widget.children[0].value
@@ -93,6 +102,18 @@ def test_step_buttons_and_goto(viewer, history):
     assert_shows(viewer, len(history) - 1)
     with pytest.raises(IndexError, match="63,008 events"):
         viewer.goto(len(history))
+
+
+def test_envelope_keeps_every_peak_and_trough():
+    rng = np.random.default_rng(0)
+    values = rng.integers(0, 1 << 40, 50_001)
+    idx = envelope(values, buckets=100)
+    assert len(idx) <= 400 and idx[0] == 0 and idx[-1] == 50_000 and (np.diff(idx) > 0).all()
+    width = -(-50_001 // 100)
+    for start in range(0, 50_001, width):
+        chunk = values[start : start + width]
+        assert {start + int(chunk.argmax()), start + int(chunk.argmin())} <= set(idx.tolist())
+    assert list(envelope(values[:400], buckets=100)) == list(range(400))
 
 
 def test_no_oom_means_a_disabled_button_and_a_message(viewer):
@@ -134,6 +155,7 @@ def test_next_oom_visits_what_if_ooms(history, capped):
 def test_callback_errors_show_in_the_output(history, monkeypatch):
     v = SnapshotViewer(history)
     try:
+
         def broken(i):
             raise ZeroDivisionError("boom")
 
@@ -155,8 +177,10 @@ def test_what_if_table_lands_on_the_real_runs(history):
         expandable = next(line for line in lines if line.startswith("expandable: expandable_segments:True"))
         assert "9520 MiB" in recorded and " 102 " in recorded and "41.1%" in recorded
         assert "5870 MiB" in expandable and " 85 " in expandable
-        assert lines[-1] == ("replaying under the recorded config (default) reproduces the recorded segment states: "
-                             "yes, 25 of 25 checked; reserved bytes match at 41,979 of 41,979 requests")
+        assert lines[-1] == (
+            "replaying under the recorded config (default) reproduces the recorded segment states: "
+            "yes, 25 of 25 checked; reserved bytes match at 41,979 of 41,979 requests"
+        )
         assert [r.result.peak_reserved_bytes for r in w.rows] == [9520 * MiB, 5870 * MiB]
         assert "9520 MiB" in w.html.value and "yes, 25 of 25" in w.html.value
         assert list(w.figure.data[0].x) == [9520, 5870]
@@ -169,19 +193,23 @@ def test_what_if_under_a_cap_the_default_ooms_and_expandable_fits(capped):
     text = capped.table()
     recorded = next(line for line in text.splitlines() if line.startswith("recorded: default"))
     expandable = next(line for line in text.splitlines() if line.startswith("expandable:"))
-    assert "cap 6000 MiB" in recorded and recorded.split()[-5:-3] == ["2", "7,708"]
-    assert "5870 MiB" in expandable and expandable.split()[-5:-3] == ["0", "-"]
+    assert "cap 6000 MiB" in recorded and recorded.split()[-6:-4] == ["2", "7,708"]
+    assert "5870 MiB" in expandable and expandable.split()[-6:-4] == ["0", "-"]
     assert capped.fidelity is None and "reproduces" not in text
     assert "color:#d62728" in capped.html.value  # the OOM cells are red
     assert capped.figure.data[0].marker.color == ("#d62728", "#ff7f0e")
 
 
 def test_several_devices_and_the_fidelity_check_on_the_small_recording():
-    w = WhatIfTable(DATA / "train_snapshot.pickle", ["expandable_segments:True"], device_sizes=[None, "T4"],
-                    progress=False)
+    w = WhatIfTable(
+        DATA / "train_snapshot.pickle", ["expandable_segments:True"], device_sizes=[None, "T4"], progress=False
+    )
     assert [(r.config, r.device) for r in w.rows] == [
-        ("recorded", "unlimited"), ("expandable_segments:True", "unlimited"),
-        ("recorded", "Tesla T4 16 GB"), ("expandable_segments:True", "Tesla T4 16 GB")]
+        ("recorded", "unlimited"),
+        ("expandable_segments:True", "unlimited"),
+        ("recorded", "Tesla T4 16 GB"),
+        ("expandable_segments:True", "Tesla T4 16 GB"),
+    ]
     assert "yes, 25 of 25 checked" in w.table()
 
 

@@ -3,7 +3,7 @@
 ``WhatIfTable(source, configs=("expandable_segments:True",), cap="6000 MiB")`` replays the recorded
 ``alloc``/``free`` sequence through :func:`memviz.snapshots.what_if` (the recorded config first, then each
 config, on each device size) and shows one row per replay: peak reserved, peak allocated, OOMs and the
-first OOM event, ``cudaMalloc``/``cudaFree`` counts and the fragmentation at peak reserved; then the
+first OOM event, ``cudaMalloc``/``cudaFree`` counts, retries and the fragmentation at peak reserved; then the
 fidelity line (does replaying under the recorded config reproduce the recorded segment states?) and a
 bar chart of peak reserved per replay. :meth:`WhatIfTable.table` is the same table as plain text, for
 notebooks whose saved output a test compares.
@@ -41,10 +41,12 @@ class WhatIfRow:
 def fidelity_line(fidelity: FidelityReport) -> str:
     """One line: does replaying under the recorded config reproduce the recorded segment states?"""
     same = fidelity.states_matching == fidelity.states_compared and fidelity.states_compared > 0
-    line = (f"replaying under the recorded config ({fidelity.alloc_conf or 'default'}) reproduces the recorded "
-            f"segment states: {'yes' if same else 'no'}, {fidelity.states_matching} of {fidelity.states_compared} "
-            f"checked; reserved bytes match at {fidelity.reserved_matches:,} of {fidelity.events_compared:,} "
-            "requests")
+    line = (
+        f"replaying under the recorded config ({fidelity.alloc_conf or 'default'}) reproduces the recorded "
+        f"segment states: {'yes' if same else 'no'}, {fidelity.states_matching} of {fidelity.states_compared} "
+        f"checked; reserved bytes match at {fidelity.reserved_matches:,} of {fidelity.events_compared:,} "
+        "requests"
+    )
     if fidelity.first_state_mismatch is not None:
         line += f" (first differing state at event {fidelity.first_state_mismatch:,})"
     return line
@@ -104,8 +106,18 @@ class WhatIfTable:
         ValueError: a bad device, cap or size (e.g. a cap above a device's memory).
     """
 
-    HEADERS = ("config", "device", "peak reserved", "peak alloc", "OOMs", "first OOM", "cudaMalloc",
-               "cudaFree", "frag@peak")
+    HEADERS = (
+        "config",
+        "device",
+        "peak reserved",
+        "peak alloc",
+        "OOMs",
+        "first OOM",
+        "cudaMalloc",
+        "cudaFree",
+        "retries",
+        "frag@peak",
+    )
 
     def __init__(
         self,
@@ -144,8 +156,9 @@ class WhatIfTable:
                 cap_text = f"cap {_size_label(self.cap_bytes)}"
                 label = cap_text if total is None else f"{label}, {cap_text}"
             here = check and self.fidelity is None and (total, self.cap_bytes) == (rec_total, rec_cap)
-            report = what_if(self.history, named, device_total_bytes=total, cap_bytes=self.cap_bytes, check=here,
-                             progress=progress)
+            report = what_if(
+                self.history, named, device_total_bytes=total, cap_bytes=self.cap_bytes, check=here, progress=progress
+            )
             if here:
                 self.fidelity = report.fidelity
             self.reports.append(report)
@@ -155,8 +168,9 @@ class WhatIfTable:
         if bar is not None:
             bar.close()
         if check and self.fidelity is None:
-            self.fidelity = check_fidelity(self.history, device_total_bytes=rec_total, cap_bytes=rec_cap,
-                                           progress=progress)
+            self.fidelity = check_fidelity(
+                self.history, device_total_bytes=rec_total, cap_bytes=rec_cap, progress=progress
+            )
         tl = self.history.timeline
         self.recorded_peak_reserved_bytes = max(tl.reserved_bytes, default=tl.initial["reserved_bytes"])
         self.recorded_peak_allocated_bytes = max(tl.allocated_bytes, default=tl.initial["allocated_bytes"])
@@ -173,19 +187,41 @@ class WhatIfTable:
     def _cells(self, row: WhatIfRow) -> list[str]:
         r = row.result
         first = f"{r.oom_event_indices[0]:,}" if r.oom_event_indices else "-"
-        return [self._label(row), row.device, f"{r.peak_reserved_bytes / MiB:.0f} MiB",
-                f"{r.peak_allocated_bytes / MiB:.0f} MiB", str(r.num_ooms), first, str(r.num_device_alloc),
-                str(r.num_device_free), f"{100 * r.fragmentation_at_peak:.1f}%"]
+        return [
+            self._label(row),
+            row.device,
+            f"{r.peak_reserved_bytes / MiB:.0f} MiB",
+            f"{r.peak_allocated_bytes / MiB:.0f} MiB",
+            str(r.num_ooms),
+            first,
+            str(r.num_device_alloc),
+            str(r.num_device_free),
+            str(r.num_alloc_retries),
+            f"{100 * r.fragmentation_at_peak:.1f}%",
+        ]
 
     def table(self) -> str:
         """The results as plain text: one row per replay (MiB, counts, percent), then the fidelity line.
 
-        ``cudaMalloc`` counts segment allocations (page maps under ``expandable_segments``); ``frag@peak`` is
-        ``(reserved - allocated) / reserved`` when reserved peaked.
+        ``cudaMalloc`` counts segment allocations (page maps under ``expandable_segments``); ``retries`` the
+        mallocs that freed the whole cache and tried again; ``frag@peak`` is ``(reserved - allocated) /
+        reserved`` when reserved peaked.
         """
         rows = [list(self.HEADERS)]
-        rows.append(["(recorded)", "", f"{self.recorded_peak_reserved_bytes / MiB:.0f} MiB",
-                     f"{self.recorded_peak_allocated_bytes / MiB:.0f} MiB", "", "", "", "", ""])
+        rows.append(
+            [
+                "(recorded)",
+                "",
+                f"{self.recorded_peak_reserved_bytes / MiB:.0f} MiB",
+                f"{self.recorded_peak_allocated_bytes / MiB:.0f} MiB",
+                "",
+                "",
+                "",
+                "",
+                "",
+                "",
+            ]
+        )
         rows += [self._cells(r) for r in self.rows]
         widths = [max(len(row[k]) for row in rows) for k in range(len(self.HEADERS))]
         lines = []
@@ -203,53 +239,89 @@ class WhatIfTable:
         return self.table()
 
     def _html(self) -> str:
-        th = "".join(f'<th style="text-align:{"left" if k < 2 else "right"};padding:2px 8px">{escape(h)}</th>'
-                     for k, h in enumerate(self.HEADERS))
+        th = "".join(
+            f'<th style="text-align:{"left" if k < 2 else "right"};padding:2px 8px">{escape(h)}</th>'
+            for k, h in enumerate(self.HEADERS)
+        )
         body = []
-        recorded = [("(recorded)", ""), (f"{self.recorded_peak_reserved_bytes / MiB:.0f} MiB", ""),
-                    (f"{self.recorded_peak_allocated_bytes / MiB:.0f} MiB", "")]
-        cells = [recorded[0], ("", ""), *recorded[1:], *([("", "")] * 5)]
+        recorded = [
+            ("(recorded)", ""),
+            (f"{self.recorded_peak_reserved_bytes / MiB:.0f} MiB", ""),
+            (f"{self.recorded_peak_allocated_bytes / MiB:.0f} MiB", ""),
+        ]
+        cells = [recorded[0], ("", ""), *recorded[1:], *([("", "")] * (len(self.HEADERS) - 4))]
         body.append(cells)
         for row in self.rows:
             texts = self._cells(row)
             bad = row.result.num_ooms > 0
-            body.append([(t, "color:#d62728;font-weight:600" if bad and k in (4, 5) else "")
-                         for k, t in enumerate(texts)])
+            body.append(
+                [(t, "color:#d62728;font-weight:600" if bad and k in (4, 5) else "") for k, t in enumerate(texts)]
+            )
         trs = []
         for cells in body:
-            tds = "".join(f'<td style="text-align:{"left" if k < 2 else "right"};padding:2px 8px;{style}">'
-                          f"{escape(text)}</td>" for k, (text, style) in enumerate(cells))
+            tds = "".join(
+                f'<td style="text-align:{"left" if k < 2 else "right"};padding:2px 8px;{style}">{escape(text)}</td>'
+                for k, (text, style) in enumerate(cells)
+            )
             trs.append(f"<tr>{tds}</tr>")
         fid = ""
         if self.fidelity is not None:
             ok = self.fidelity.states_matching == self.fidelity.states_compared
-            fid = (f'<div style="margin-top:4px;color:{"#2ca02c" if ok else "#d62728"}">'
-                   f"{escape(fidelity_line(self.fidelity))}</div>")
-        return (f'<div style="font-size:12px"><table style="border-collapse:collapse">'
-                f"<thead><tr>{th}</tr></thead><tbody>{''.join(trs)}</tbody></table>{fid}</div>")
+            fid = (
+                f'<div style="margin-top:4px;color:{"#2ca02c" if ok else "#d62728"}">'
+                f"{escape(fidelity_line(self.fidelity))}</div>"
+            )
+        return (
+            f'<div style="font-size:12px"><table style="border-collapse:collapse">'
+            f"<thead><tr>{th}</tr></thead><tbody>{''.join(trs)}</tbody></table>{fid}</div>"
+        )
 
     def _figure(self) -> go.FigureWidget:
-        labels = [self._label(r) + (f" ({r.device})" if len({x.device for x in self.rows}) > 1 else "")
-                  for r in self.rows]
+        labels = [
+            self._label(r) + (f" ({r.device})" if len({x.device for x in self.rows}) > 1 else "") for r in self.rows
+        ]
         peaks = [r.result.peak_reserved_bytes / MiB for r in self.rows]
         colors = ["#d62728" if r.result.num_ooms else "#ff7f0e" for r in self.rows]
-        text = [f"{p:.0f} MiB" + (f", {r.result.num_ooms} OOMs" if r.result.num_ooms else "")
-                for p, r in zip(peaks, self.rows, strict=True)]
+        text = [
+            f"{p:.0f} MiB" + (f", {r.result.num_ooms} OOMs" if r.result.num_ooms else "")
+            for p, r in zip(peaks, self.rows, strict=True)
+        ]
         fig = go.FigureWidget(
-            [go.Bar(x=peaks, y=labels, orientation="h", marker={"color": colors}, text=text,
-                    textposition="auto", hovertemplate="%{y}: peak reserved %{x:.0f} MiB<extra></extra>")],
+            [
+                go.Bar(
+                    x=peaks,
+                    y=labels,
+                    orientation="h",
+                    marker={"color": colors},
+                    text=text,
+                    textposition="auto",
+                    hovertemplate="%{y}: peak reserved %{x:.0f} MiB<extra></extra>",
+                )
+            ],
             layout={
-                "height": 120 + 28 * len(self.rows), "width": 720, "margin": {"l": 260, "r": 20, "t": 30, "b": 40},
+                "height": 120 + 28 * len(self.rows),
+                "width": 720,
+                "margin": {"l": 260, "r": 20, "t": 30, "b": 40},
                 "title": {"text": "peak reserved per replay (red: would run out of memory)", "font": {"size": 12}},
                 "xaxis": {"title": {"text": "MiB"}, "rangemode": "tozero"},
-                "yaxis": {"autorange": "reversed"}, "template": "plotly_white", "showlegend": False,
+                "yaxis": {"autorange": "reversed"},
+                "template": "plotly_white",
+                "showlegend": False,
             },
         )
-        fig.add_vline(x=self.recorded_peak_reserved_bytes / MiB, line={"dash": "dash", "color": "#444"},
-                      annotation_text="recorded", annotation_position="top")
+        fig.add_vline(
+            x=self.recorded_peak_reserved_bytes / MiB,
+            line={"dash": "dash", "color": "#444"},
+            annotation_text="recorded",
+            annotation_position="top",
+        )
         if self.cap_bytes is not None:
-            fig.add_vline(x=self.cap_bytes / MiB, line={"dash": "dot", "color": "#d62728"},
-                          annotation_text="cap", annotation_position="bottom")
+            fig.add_vline(
+                x=self.cap_bytes / MiB,
+                line={"dash": "dot", "color": "#d62728"},
+                annotation_text="cap",
+                annotation_position="bottom",
+            )
         fig.add_class("memviz-what-if-bars")
         return fig
 
