@@ -61,8 +61,9 @@ def assert_matches_lab(d) -> None:
     assert sum(bars["releasable"]["size"]) == frag.releasable_bytes
     assert sum(bars["stuck"]["size"]) == frag.stranded_bytes
     assert sum(sum(b["size"]) for b in bars.values()) == stats[RES]
-    fig_bytes = sum(x * MiB for trace in d.segment_map.fig.data for x in trace.x)
-    assert fig_bytes == stats[RES]
+    drawn = {cat: d.segment_map.drawn_bytes(cat) for cat in bars}
+    assert drawn == {cat: sum(b["size"]) for cat, b in bars.items()}
+    assert sum(drawn.values()) == stats[RES]
     assert d.log.lines[0] == str(lab.events[-1]) if lab.events else d.log.lines == []
     assert list(d.controls.free_pick.options) == list(lab.groups) + [
         n for n, t in lab.tensors.items() if t.group is None
@@ -77,8 +78,10 @@ def test_every_control_by_click(dash):
     click(dash, "Allocate", size="(100, 100)", dtype="float32", count=50, name="small")
     assert len(dash.lab.groups["small"]) == 50
     assert_matches_lab(dash)
-    names = {name for trace in dash.segment_map.fig.data for name in trace.hovertext}
-    assert {"big", "small[0]", "small[49]"} <= names
+    names = {
+        text.split("</b>")[0][3:] for trace in dash.segment_map.fig.data[:3] for text in trace.hovertext or () if text
+    }
+    assert {"big", "small[0]", "small[49]", "free"} <= names
     click(dash, "Allocate", size="(2048, 1024)", dtype="bfloat16", count=1, name="")  # auto name t0
     assert dash.lab.tensors["t0"].request.nbytes == 2048 * 1024 * 2
     assert_matches_lab(dash)
@@ -234,8 +237,8 @@ def test_segment_map_10k_blocks_is_three_traces_and_fast():
     snap, stats = lab.snapshot(), lab.stats()
     n_blocks = sum(len(s["blocks"]) for s in snap["segments"])
     assert n_blocks >= 10_000
-    assert len(m.fig.data) == 3 and not m.fig.layout.shapes
-    assert sum(len(t.x) for t in m.fig.data) == n_blocks
+    assert len(m.fig.data) == 4 and not m.fig.layout.shapes  # three states + edges: a few paths, no shapes
+    assert sum(len(t.x) for t in m.fig.data[:3]) == 3 * n_blocks
     times = []
     for _ in range(3):
         m._drawn_key = None

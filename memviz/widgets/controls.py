@@ -60,8 +60,7 @@ class Controls(Piece):
 
     Args:
         lab: the lab to drive.
-        on_event: called with each event after an action (the dashboard refreshes there); default: this
-            piece refreshes itself.
+        on_event: called with each event after an action (the dashboard refreshes its pieces there).
         on_new_lab: called with the fresh lab the backend switch made (default: this piece shows it).
         out: the ``Output`` where unexpected errors print their traceback.
 
@@ -256,10 +255,9 @@ class Controls(Piece):
             event = action()
             self.error = ""
             self._set_status(str(event), oom=not event.ok)
+            self.refresh(event.stats_after)  # the free picker
             if self.on_event is not None:
                 self.on_event(event)
-            else:
-                self.refresh(event.stats_after)
 
         return handler
 

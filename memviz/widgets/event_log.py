@@ -40,9 +40,8 @@ class EventLog(Piece):
             style = "" if event.ok else ' style="color:#d62728;font-weight:600"'
             rows.append(f'<div class="{cls}"{style}>{escape(line)}</div>')
         self.widget.value = (
-            '<div style="font-family:var(--jp-code-font-family,monospace);font-size:12px;white-space:pre">'
-            + "".join(rows)
-            + "</div>"
+            '<div style="font-family:var(--jp-code-font-family,monospace);font-size:12px;line-height:1.45;'
+            'white-space:pre">' + "".join(rows) + "</div>"
         )
 
 

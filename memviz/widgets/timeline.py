@@ -41,9 +41,9 @@ class Timeline(Piece):
     def __init__(self, lab: Lab, *, height: int = 260) -> None:
         super().__init__(lab)
         traces = [
-            go.Scatter(name=name, mode="lines", line={"shape": "hv", "color": color, "width": 2},
+            go.Scatter(name=name, mode="lines", line={"shape": "hv", "color": color, "width": width, "dash": dash},
                        hovertemplate=f"{name} %{{y:.2f}} MiB<extra></extra>")
-            for name, _, color in KEYS
+            for (name, _, color), width, dash in zip(KEYS, (3, 2, 1.5), ("solid", "solid", "dot"), strict=True)
         ] + [
             go.Scatter(name=name, mode="markers", marker={"symbol": symbol, "color": color, "size": 10},
                        hovertemplate="%{hovertext}<extra>" + name + "</extra>")

@@ -1,0 +1,174 @@
+"""The dashboard's speed in a real JupyterLab + headless Chromium, and the segment map's with 10,000 blocks.
+
+    .venv/bin/python benchmarks/bench_widgets.py [--clicks 20] [--blocks 10000] [--json out.json]
+
+1. **Click to rendered** (target <= 0.1 s): opens ``notebooks/00_dashboard_demo.ipynb`` (gauges + timeline +
+   segment map + controls + log), then alternates Allocate / Free. Timed in the page from the trusted click
+   event to the moment everything the click changed is drawn: the gauge's exact-bytes text updated, and a
+   ``plotly_afterplot`` from the timeline and from the segment map, then two animation frames (painted).
+2. **Segment map with N blocks** (target <= 0.5 s): one click allocates ``--blocks`` tensors of 100 KiB
+   (about 20 per 2 MiB segment, so N blocks plus a free tail per segment); timed from the click to the map's
+   ``plotly_afterplot`` with every block drawn (Python builds the bars, the kernel sends them, plotly.js
+   draws them); then a redraw of that map alone in the browser (``Plotly.react`` on the same data).
+   The kernel's own refresh time (``dash.last_refresh_s``) is reported too.
+
+Prints every sample and the median and p90 in ms. Needs /usr/bin/chromium.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "browser"))
+import jlab  # lives in tests/browser, shared with the browser tests
+
+NOTEBOOK = "notebooks/00_dashboard_demo.ipynb"
+GAUGE = ".memviz-gauge-allocated .memviz-gauge-value"
+
+# Arm a probe: resolves when the gauge text changed and every figure listed has drawn since the click.
+JS_ARM = """
+([gaugeSel, figs, minBars, timeoutMs]) => {
+  const root = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
+  const gd = (cls) => root.querySelector('.' + cls + ' .js-plotly-plot')
+                   || root.querySelector('.' + cls + '.js-plotly-plot');
+  const read = () => { const el = root.querySelector(gaugeSel); return el ? el.textContent.trim() : null; };
+  const state = {t0: null, before: read(), gauge: null, plotted: {}};
+  window.__mvState = state;
+  for (const cls of figs) {
+    const g = gd(cls);
+    if (!g.__mvHooked) {
+      g.__mvHooked = true;
+      g.on('plotly_afterplot', () => {
+        const s = window.__mvState;
+        const bars = (g.data || []).reduce((n, t) => n + (t.x ? t.x.length : 0), 0);
+        if (s && s.t0 !== null && s.plotted[g.__mvCls] == null && bars >= s.minBars[g.__mvCls])
+          s.plotted[g.__mvCls] = performance.now();
+      });
+    }
+    g.__mvCls = cls;
+  }
+  state.minBars = Object.fromEntries(figs.map((c, i) => [c, minBars[i]]));
+  document.addEventListener('click', () => { if (state.t0 === null) state.t0 = performance.now(); },
+                            {capture: true, once: true});
+  window.__mvProbe = new Promise((resolve) => {
+    const iv = setInterval(() => {
+      if (state.t0 === null) return;
+      if (state.gauge === null && read() !== state.before) state.gauge = performance.now();
+      const allDrawn = figs.every(c => state.plotted[c] != null);
+      if (state.gauge !== null && allDrawn) {
+        clearInterval(iv); clearTimeout(to);
+        const tDrawn = Math.max(state.gauge, ...figs.map(c => state.plotted[c]));
+        requestAnimationFrame(() => requestAnimationFrame(() => resolve({ok: true,
+          gauge_ms: state.gauge - state.t0, drawn_ms: tDrawn - state.t0, painted_ms: performance.now() - state.t0,
+          figs_ms: Object.fromEntries(figs.map(c => [c, state.plotted[c] - state.t0]))})));
+      }
+    }, 2);
+    const to = setTimeout(() => { clearInterval(iv); resolve({ok: false, state}); }, timeoutMs);
+  });
+  return state.before;
+}
+"""
+
+# Redraw the segment map alone from the data it holds (browser-side render cost only): Plotly.react with a new
+# datarevision forces a full recalc and replot of the same traces.
+JS_REDRAW_MAP = """
+async () => {
+  const g = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .memviz-segment-map .js-plotly-plot')
+         || document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .memviz-segment-map.js-plotly-plot');
+  const P = window.Plotly;
+  if (!P) return {bars: 0, ms: null, why: 'no window.Plotly'};
+  const bars = g.data.reduce((n, t) => n + t.x.length, 0);
+  const t0 = performance.now();
+  await P.react(g, g.data, Object.assign({}, g.layout, {datarevision: Math.random()}));
+  await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+  return {bars, ms: performance.now() - t0};
+}
+"""
+
+
+def click_and_time(lab: jlab.Lab, button: str, figs: list[str], min_bars: list[int], timeout: float = 30) -> dict:
+    lab.page.evaluate(JS_ARM, [GAUGE, figs, min_bars, int(timeout * 1000)])
+    lab.click(button)
+    res = lab.page.evaluate("() => window.__mvProbe")
+    if not res.get("ok"):
+        raise jlab.HarnessError(f"{button}: the dashboard never showed the update: {res}")
+    return res
+
+
+def summary(samples: list[float]) -> dict:
+    ordered = sorted(samples)
+    p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
+    return {"median_ms": round(statistics.median(ordered), 1), "p90_ms": round(p90, 1), "n": len(ordered)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--clicks", type=int, default=20, help="Allocate/Free clicks to time (default 20)")
+    ap.add_argument("--blocks", type=int, default=10_000, help="tensors for the segment-map run (default 10000)")
+    ap.add_argument("--map-reps", type=int, default=3, help="segment-map runs (default 3)")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args(argv)
+
+    t_start = time.perf_counter()
+    server = jlab.start_server(wait=False)
+    pw, ctx = jlab.launch_browser()
+    results: dict = {}
+    try:
+        server.wait_ready()
+        lab = jlab.Lab(server, jlab.new_page(ctx))
+        server.copy_notebook(NOTEBOOK, "bench.ipynb")
+        lab.open("bench.ipynb", run=True)
+        lab.wait_text(GAUGE, "64.00 MiB (67,108,864 B)", timeout=30)
+        loc = jlab.notebook_locator(lab.page, ".memviz-size input")
+        loc.fill("32 MiB")
+        figs = ["memviz-timeline", "memviz-segment-map"]
+        clicks = []
+        for i in range(args.clicks + 2):  # the first two are warm-up
+            res = click_and_time(lab, "Allocate" if i % 2 == 0 else "Free", figs, [0, 0])
+            if i >= 2:
+                clicks.append(res)
+            label = "Allocate" if i % 2 == 0 else "Free"
+            print(f"click {i:2d} {label:8s} gauge {res['gauge_ms']:6.1f} ms, all drawn {res['drawn_ms']:6.1f} ms, "
+                  f"painted {res['painted_ms']:6.1f} ms  {res['figs_ms']}")  # fmt: skip
+        results["click_to_rendered"] = {
+            "gauge": summary([r["gauge_ms"] for r in clicks]),
+            "drawn": summary([r["drawn_ms"] for r in clicks]),
+            "painted": summary([r["painted_ms"] for r in clicks]),
+        }
+        lab.kernel("dash.lab.free_all(); dash.lab.empty_cache(); dash.refresh()")
+        map_runs, redraws, py = [], [], []
+        loc.fill("100 KiB")
+        jlab.notebook_locator(lab.page, ".memviz-count input").fill(str(args.blocks))
+        jlab.notebook_locator(lab.page, ".memviz-count input").press("Enter")
+        for rep in range(args.map_reps):
+            jlab.notebook_locator(lab.page, ".memviz-name input").fill(f"many{rep}")
+            res = click_and_time(lab, "Allocate", ["memviz-segment-map"], [args.blocks], timeout=60)
+            n_blocks = int(lab.kernel("print(sum(len(s['blocks']) for s in dash.lab.snapshot()['segments']))"))
+            kernel_s = float(lab.kernel("print(dash.last_refresh_s)"))
+            redraw = lab.page.evaluate(JS_REDRAW_MAP)
+            map_runs.append(res["figs_ms"]["memviz-segment-map"])
+            redraws.append(redraw["ms"])
+            py.append(kernel_s * 1000)
+            print(f"map run {rep}: {n_blocks:,} blocks, click -> map drawn {map_runs[-1]:.1f} ms "
+                  f"(kernel refresh {py[-1]:.1f} ms); browser redraw alone {redraw['ms']:.1f} ms "
+                  f"({redraw['bars']:,} bars)")  # fmt: skip
+            lab.kernel(f"dash.lab.free('many{rep}'); dash.lab.empty_cache(); dash.refresh()")
+        results["segment_map"] = {"blocks": n_blocks, "click_to_drawn": summary(map_runs),
+                                  "browser_redraw": summary(redraws), "kernel_refresh": summary(py)}  # fmt: skip
+    finally:
+        jlab.close_browser(pw, ctx)
+        server.stop()
+    results["wall_s"] = round(time.perf_counter() - t_start, 1)
+    print(json.dumps(results, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
