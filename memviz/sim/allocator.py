@@ -49,6 +49,7 @@ from .stats import (
     REQUESTED_BYTES_PEAK,
     REQUESTED_BYTES_TOTAL,
     RESERVED_BYTES,
+    RESERVED_BYTES_PEAK,
     SEGMENT,
     SMALL_POOL,
     DeviceStats,
@@ -144,7 +145,10 @@ class CachingAllocator:
         self._max_non_split_rounding_size = cfg.max_non_split_rounding_size
         self._large_segment_size = cfg.large_segment_size
         self._expandable = cfg.expandable_segments
-        self._divisions = cfg.roundup_power2_divisions if any(cfg.roundup_power2_divisions) else None
+        # roundup_power2_divisions(size) by size.bit_length() (config.divisions_for, tabulated); None: all 0
+        self._divisions: tuple[int, ...] | None = None
+        if any(cfg.roundup_power2_divisions):
+            self._divisions = tuple(cfg.divisions_for(1 << max(0, bits - 1)) for bits in range(66))
         self.allowed_memory_bytes: int | None = None
         self._gc_active = False
         fraction = memory_fraction if memory_fraction is not None else cfg.per_process_memory_fraction
@@ -172,11 +176,13 @@ class CachingAllocator:
 
     def memory_allocated(self) -> int:
         """Return the bytes occupied by live allocations (``allocated_bytes.all.current``)."""
-        return self.stats.agg[ALLOCATED_BYTES]
+        stats = self.stats
+        return stats.small[ALLOCATED_BYTES] + stats.large[ALLOCATED_BYTES]
 
     def memory_reserved(self) -> int:
         """Return the bytes held from the driver, cached or not (``reserved_bytes.all.current``)."""
-        return self.stats.agg[RESERVED_BYTES]
+        stats = self.stats
+        return stats.small[RESERVED_BYTES] + stats.large[RESERVED_BYTES]
 
     def max_memory_allocated(self) -> int:
         """Return the peak of ``memory_allocated()`` in bytes since the last peak reset."""
@@ -184,7 +190,7 @@ class CachingAllocator:
 
     def max_memory_reserved(self) -> int:
         """Return the peak of ``memory_reserved()`` in bytes since the last peak reset."""
-        return self.stats.agg[RESERVED_BYTES + 1]  # its peak
+        return self.stats.agg[RESERVED_BYTES_PEAK]
 
     def device_free_bytes(self) -> int:
         """Return what ``cudaMemGetInfo`` would report free: total - context - reserved bytes."""
@@ -246,7 +252,7 @@ class CachingAllocator:
         if size < MIN_BLOCK_SIZE:
             return MIN_BLOCK_SIZE
         if self._divisions is not None:
-            divisions = self.config.divisions_for(size)
+            divisions = self._divisions[size.bit_length()]
             if divisions > 1 and size > MIN_BLOCK_SIZE * divisions:
                 return _roundup_power2_next_division(size, divisions)
         return -(-size // MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
@@ -291,10 +297,8 @@ class CachingAllocator:
         if size >= ONE_EXA_BYTES:
             raise OutOfMemoryError("CUDA out of memory. Tried to allocate more than 1EB memory.",
                                    requested_bytes=size)
-        if self._divisions is None:
-            rounded = -(-size // MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE  # round_size, inlined
-        else:
-            rounded = self.round_size(size)
+        # round_size, inlined when there is no power-of-2 rounding
+        rounded = self.round_size(size) if self._divisions else -(-size // MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
         p = self._params  # one AllocParams, reused: malloc never re-enters itself
         p.size = rounded
         if rounded <= SMALL_SIZE:  # get_pool and get_allocation_size, inlined
@@ -438,41 +442,18 @@ class CachingAllocator:
             pool.by_key[key] = remaining
             remaining.gc_count_base = pool.get_free_blocks_call_count
             if not segment.expandable:
-                s = stats.pool[st]
-                a = stats.agg
                 if already_split:
                     # an already-split inactive block shrank by size bytes (decrease_stat, inlined)
-                    s[INACTIVE_SPLIT_BYTES] -= size
-                    a[INACTIVE_SPLIT_BYTES] -= size
+                    stats.pool[st][INACTIVE_SPLIT_BYTES] -= size
                 else:
-                    # a new split inactive block of rsize bytes (increase_stat, inlined)
-                    c = s[INACTIVE_SPLIT_BYTES] + rsize
-                    s[INACTIVE_SPLIT_BYTES] = c
-                    if c > s[INACTIVE_SPLIT_BYTES_PEAK]:
-                        s[INACTIVE_SPLIT_BYTES_PEAK] = c
-                    s[INACTIVE_SPLIT_BYTES_TOTAL] += rsize
-                    c = a[INACTIVE_SPLIT_BYTES] + rsize
-                    a[INACTIVE_SPLIT_BYTES] = c
-                    if c > a[INACTIVE_SPLIT_BYTES_PEAK]:
-                        a[INACTIVE_SPLIT_BYTES_PEAK] = c
-                    c = s[INACTIVE_SPLIT] + 1
-                    s[INACTIVE_SPLIT] = c
-                    if c > s[INACTIVE_SPLIT_PEAK]:
-                        s[INACTIVE_SPLIT_PEAK] = c
-                    s[INACTIVE_SPLIT_TOTAL] += 1
-                    c = a[INACTIVE_SPLIT] + 1
-                    a[INACTIVE_SPLIT] = c
-                    if c > a[INACTIVE_SPLIT_PEAK]:
-                        a[INACTIVE_SPLIT_PEAK] = c
+                    # a new split inactive block of rsize bytes
+                    increase_stat(stats, st, INACTIVE_SPLIT_BYTES, rsize)
+                    increase_stat(stats, st, INACTIVE_SPLIT, 1)
         elif not segment.expandable and (block.prev is not None or block.next is not None):
             # an already-split free block becomes active (decrease_stat, inlined)
-            bsize = block.size
             s = stats.pool[st]
-            a = stats.agg
-            s[INACTIVE_SPLIT_BYTES] -= bsize
-            a[INACTIVE_SPLIT_BYTES] -= bsize
+            s[INACTIVE_SPLIT_BYTES] -= block.size
             s[INACTIVE_SPLIT] -= 1
-            a[INACTIVE_SPLIT] -= 1
         block.allocated = True
         block.requested_size = orig_size
         ptr = block.ptr
@@ -482,17 +463,16 @@ class CachingAllocator:
             trace_append(("alloc", ptr, orig_size))
         bsize = block.size
         # increase_stat(stats, st, family, n), inlined for allocation (== active), allocated_bytes
-        # (== active_bytes) and requested_bytes: the pool's current, peak, total; the aggregate's
-        # current and peak (its total is the pools' sum)
-        s = stats.pool[st]
+        # (== active_bytes) and requested_bytes: the pool's current, peak and total, then the
+        # aggregate's peak (its current is this pool's plus the other pool's)
+        s, other = stats.pools[st]
         a = stats.agg
         c = s[ALLOCATION] + 1
         s[ALLOCATION] = c
         if c > s[ALLOCATION_PEAK]:
             s[ALLOCATION_PEAK] = c
         s[ALLOCATION_TOTAL] += 1
-        c = a[ALLOCATION] + 1
-        a[ALLOCATION] = c
+        c += other[ALLOCATION]
         if c > a[ALLOCATION_PEAK]:
             a[ALLOCATION_PEAK] = c
         c = s[ALLOCATED_BYTES] + bsize
@@ -500,8 +480,7 @@ class CachingAllocator:
         if c > s[ALLOCATED_BYTES_PEAK]:
             s[ALLOCATED_BYTES_PEAK] = c
         s[ALLOCATED_BYTES_TOTAL] += bsize
-        c = a[ALLOCATED_BYTES] + bsize
-        a[ALLOCATED_BYTES] = c
+        c += other[ALLOCATED_BYTES]
         if c > a[ALLOCATED_BYTES_PEAK]:
             a[ALLOCATED_BYTES_PEAK] = c
         c = s[REQUESTED_BYTES] + orig_size
@@ -509,8 +488,7 @@ class CachingAllocator:
         if c > s[REQUESTED_BYTES_PEAK]:
             s[REQUESTED_BYTES_PEAK] = c
         s[REQUESTED_BYTES_TOTAL] += orig_size
-        c = a[REQUESTED_BYTES] + orig_size
-        a[REQUESTED_BYTES] = c
+        c += other[REQUESTED_BYTES]
         if c > a[REQUESTED_BYTES_PEAK]:
             a[REQUESTED_BYTES_PEAK] = c
         if bsize >= self._max_split_size:
@@ -541,18 +519,12 @@ class CachingAllocator:
         block.allocated = False
         stats = self.stats
         s = stats.pool[block.segment.pool.stat_type]
-        a = stats.agg
         bsize = block.size
         # decrease_stat, inlined: allocation and allocated_bytes (active follows them)
         s[ALLOCATION] -= 1
-        a[ALLOCATION] -= 1
         s[ALLOCATED_BYTES] -= bsize
-        a[ALLOCATED_BYTES] -= bsize
-        trace_append = self._trace_append
-        if trace_append is not None:
-            trace_append(("free_requested", ptr, block.requested_size))
         if bsize >= self._max_split_size:
-            a[OVERSIZE_ALLOCATIONS] -= 1
+            stats.agg[OVERSIZE_ALLOCATIONS] -= 1
         self.free_block(block)
 
     def _owns(self, ptr: int) -> bool:
@@ -562,7 +534,9 @@ class CachingAllocator:
         """Return a freed block to its pool, merging it with free neighbours (``free_block``)."""
         trace_append = self._trace_append
         if trace_append is not None:
-            trace_append(("free_completed", block.ptr, block.requested_size))
+            # free_requested (torch records it in free) and free_completed, as one "free" entry:
+            # with one stream they are always adjacent and equal; snapshot() writes both
+            trace_append(("free", block.ptr, block.requested_size))
         segment = block.segment
         pool = segment.pool
         net_n = 0
@@ -582,9 +556,7 @@ class CachingAllocator:
         pool.by_key[key] = block
         block.gc_count_base = pool.get_free_blocks_call_count
         stats = self.stats
-        st = pool.stat_type
-        s = stats.pool[st]
-        a = stats.agg
+        s, other = stats.pools[pool.stat_type]
         if not segment.expandable:
             if block.prev is not None or block.next is not None:
                 net_n += 1
@@ -596,27 +568,19 @@ class CachingAllocator:
                 if c > s[INACTIVE_SPLIT_PEAK]:
                     s[INACTIVE_SPLIT_PEAK] = c
                 s[INACTIVE_SPLIT_TOTAL] += net_n
-                c = a[INACTIVE_SPLIT] + net_n
-                a[INACTIVE_SPLIT] = c
-                if c > a[INACTIVE_SPLIT_PEAK]:
-                    a[INACTIVE_SPLIT_PEAK] = c
-            else:
-                a[INACTIVE_SPLIT] += net_n
+                c += other[INACTIVE_SPLIT]
+                if c > stats.agg[INACTIVE_SPLIT_PEAK]:
+                    stats.agg[INACTIVE_SPLIT_PEAK] = c
             c = s[INACTIVE_SPLIT_BYTES] + net_b
             s[INACTIVE_SPLIT_BYTES] = c
             if net_b > 0:
                 if c > s[INACTIVE_SPLIT_BYTES_PEAK]:
                     s[INACTIVE_SPLIT_BYTES_PEAK] = c
                 s[INACTIVE_SPLIT_BYTES_TOTAL] += net_b
-                c = a[INACTIVE_SPLIT_BYTES] + net_b
-                a[INACTIVE_SPLIT_BYTES] = c
-                if c > a[INACTIVE_SPLIT_BYTES_PEAK]:
-                    a[INACTIVE_SPLIT_BYTES_PEAK] = c
-            else:
-                a[INACTIVE_SPLIT_BYTES] += net_b
-        req = block.requested_size
-        s[REQUESTED_BYTES] -= req  # decrease_stat, inlined
-        a[REQUESTED_BYTES] -= req
+                c += other[INACTIVE_SPLIT_BYTES]
+                if c > stats.agg[INACTIVE_SPLIT_BYTES_PEAK]:
+                    stats.agg[INACTIVE_SPLIT_BYTES_PEAK] = c
+        s[REQUESTED_BYTES] -= block.requested_size  # decrease_stat, inlined
 
     def try_merge_blocks(self, dst: Block, src: Block | None, pool: BlockPool) -> int:
         """Merge free ``src`` into its neighbour ``dst``; return the bytes subsumed, 0 if none.
@@ -916,8 +880,8 @@ class CachingAllocator:
         device_free = self.device_free_bytes()
         self._record("oom", device_free, p.size)
         stats.num_ooms += 1
-        allocated = stats.agg[ALLOCATED_BYTES]
-        reserved = stats.agg[RESERVED_BYTES]
+        allocated = self.memory_allocated()
+        reserved = self.memory_reserved()
         proc_info = ""
         if self.context_bytes:
             proc_info = ("Including non-PyTorch memory, this process has "
@@ -948,7 +912,7 @@ class CachingAllocator:
         """
         from .snapshot import build_snapshot
 
-        self._record("snapshot", 0, self.stats.agg[ALLOCATED_BYTES])
+        self._record("snapshot", 0, self.memory_allocated())
         return build_snapshot(self)
 
     def memory_summary(self, abbreviated: bool = False) -> str:

@@ -69,16 +69,18 @@ def build_snapshot(allocator: CachingAllocator) -> dict[str, Any]:
             "blocks": bl,
         })
     traces = []
-    for i, entry in enumerate(allocator._trace):
+    for entry in allocator._trace:
         action, addr, size = entry[0], entry[1], entry[2]
-        d: dict[str, Any] = {"action": action}
-        if action == "oom":
-            d["device_free"] = addr
-        else:
-            d["addr"] = addr
-        d.update(size=size, stream=0, time_us=entry[3] if len(entry) > 3 else i,
-                 compile_context="N/A", user_metadata="")
-        traces.append(d)
+        # one "free" entry stands for free_requested + free_completed (see CachingAllocator.free_block)
+        for act in (("free_requested", "free_completed") if action == "free" else (action,)):
+            d: dict[str, Any] = {"action": act}
+            if act == "oom":
+                d["device_free"] = addr
+            else:
+                d["addr"] = addr
+            d.update(size=size, stream=0, time_us=entry[3] if len(entry) > 3 else len(traces),
+                     compile_context="N/A", user_metadata="")
+            traces.append(d)
     cfg = allocator.config
     settings = {
         "PYTORCH_CUDA_ALLOC_CONF": cfg.settings,

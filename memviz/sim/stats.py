@@ -17,9 +17,9 @@ its ``*_PEAK`` and its ``*_TOTAL`` (torch's ``allocated``). Two fields are impli
 - ``freed = total - current + base``, with ``base`` the current value at the last
   ``reset_accumulated`` (0 before): torch's updates keep ``allocated - freed`` equal to the change of
   ``current``. So a decrease is one subtraction.
-- the aggregate's ``allocated`` and ``freed`` are the sums of the two pools'. :attr:`DeviceStats.agg`
-  stores the aggregate's current and peak only (its ``*_TOTAL`` slots stay 0), plus the two
-  ``oversize_*`` stats, which are single stats (current, peak, total all stored).
+- the aggregate's ``current``, ``allocated`` and ``freed`` are the sums of the two pools'. Only its
+  peak is stored: :attr:`DeviceStats.agg` holds it at the family's ``*_PEAK`` slot (the current and
+  total slots stay 0), then the two ``oversize_*`` stats, which are single stats (all stored).
 
 ``increase_stat`` / ``decrease_stat`` below update a family in one pool and the aggregate; the
 allocator's hot paths (``alloc_found_block``, ``free``, ``free_block``) do the same arithmetic
@@ -93,26 +93,23 @@ _FAMILY_SLOT = {"allocation": ALLOCATION, "allocated_bytes": ALLOCATED_BYTES, "r
 
 
 def increase_stat(stats: DeviceStats, stat_type: int, family: int, amount: int) -> None:
-    """Add ``amount`` to ``family`` in pool ``stat_type`` and in the aggregate: current, total and
+    """Add ``amount`` to ``family`` in pool ``stat_type`` and so in the aggregate: current, total and
     (if exceeded) peak move."""
-    s = stats.pool[stat_type]
+    s, other = stats.pools[stat_type]
     c = s[family] + amount
     s[family] = c
     if c > s[family + 1]:
         s[family + 1] = c
     s[family + 2] += amount
-    a = stats.agg
-    c = a[family] + amount
-    a[family] = c
-    if c > a[family + 1]:
-        a[family + 1] = c
+    c += other[family]  # the aggregate's current
+    if c > stats.agg[family + 1]:
+        stats.agg[family + 1] = c
 
 
 def decrease_stat(stats: DeviceStats, stat_type: int, family: int, amount: int) -> None:
-    """Subtract ``amount`` from ``family`` in pool ``stat_type`` and in the aggregate: current drops,
-    freed grows (implied), peak stays."""
+    """Subtract ``amount`` from ``family`` in pool ``stat_type`` and so in the aggregate: current
+    drops, freed grows (implied), peak stays."""
     stats.pool[stat_type][family] -= amount
-    stats.agg[family] -= amount
 
 
 def increase_single(counters: list[int], slot: int, amount: int) -> None:
@@ -129,20 +126,23 @@ class DeviceStats:
 
     Attributes:
         small, large: the pools' counter lists (see the module docstring for the slots).
-        agg: the aggregate's current and peak per family, then the ``oversize_*`` stats.
+        agg: the aggregate's peak per family, then the ``oversize_*`` stats.
         pool: ``(agg, small, large)``, indexed by stat type.
+        pools: ``(None, (small, large), (large, small))``: a pool's counters and the other pool's,
+            by stat type (the aggregate's current is their sum).
         num_alloc_retries, num_device_alloc, num_device_free, num_ooms, num_sync_all_streams: counts.
         max_split_size: bytes, fixed at construction (-1 when unlimited).
     """
 
     __slots__ = ("_base", "agg", "large", "max_split_size", "num_alloc_retries", "num_device_alloc",
-                 "num_device_free", "num_ooms", "num_sync_all_streams", "pool", "small")
+                 "num_device_free", "num_ooms", "num_sync_all_streams", "pool", "pools", "small")
 
     def __init__(self, max_split_size: int) -> None:
         self.small = [0] * _N_POOL_SLOTS
         self.large = [0] * _N_POOL_SLOTS
         self.agg = [0] * 27
         self.pool = (self.agg, self.small, self.large)
+        self.pools = (None, (self.small, self.large), (self.large, self.small))
         # freed = total - current + base; base = current at the last reset_accumulated (slot-aligned)
         self._base = ([0] * 27, [0] * _N_POOL_SLOTS, [0] * _N_POOL_SLOTS)
         # Fixed at construction; SIZE_MAX (unlimited) reads back as -1 (cast to int64).
@@ -166,21 +166,25 @@ class DeviceStats:
         else:
             slot = _FAMILY_SLOT[family]
             if stat_type == AGGREGATE:
-                s = self.agg
+                current = self.small[slot] + self.large[slot]
+                peak = self.agg[slot + 1]
                 total = self.small[slot + 2] + self.large[slot + 2]
                 base = self._base[SMALL_POOL][slot] + self._base[LARGE_POOL][slot]
             else:
                 s = self.pool[stat_type]
-                total = s[slot + 2]
+                current, peak, total = s[slot], s[slot + 1], s[slot + 2]
                 base = self._base[stat_type][slot]
-            current, peak = s[slot], s[slot + 1]
         return {"current": current, "peak": peak, "allocated": total, "freed": total - current + base}
 
     def reset_peak(self) -> None:
         """``resetPeakStats``: peak = current for every stat."""
-        for s in self.pool:
-            for slot in range(0, len(s), 3):
-                s[slot + 1] = s[slot]
+        small, large, agg = self.small, self.large, self.agg
+        for slot in range(0, _N_POOL_SLOTS, 3):
+            small[slot + 1] = small[slot]
+            large[slot + 1] = large[slot]
+            agg[slot + 1] = small[slot] + large[slot]
+        for slot in (OVERSIZE_ALLOCATIONS, OVERSIZE_SEGMENTS):
+            agg[slot + 1] = agg[slot]
 
     def reset_accumulated(self) -> None:
         """``resetAccumulatedStats``: allocated = freed = 0 and the event counters to 0."""
