@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             py.append(kernel_s * 1000)
             print(f"map run {rep}: {n_blocks:,} blocks, click -> map drawn {map_runs[-1]:.1f} ms "
                   f"(kernel refresh {py[-1]:.1f} ms); browser redraw alone {redraw['ms']:.1f} ms "
-                  f"({redraw['bars']:,} bars)")  # fmt: skip
+                  f"({redraw['bars']:,} points)")  # fmt: skip
             lab.kernel(f"dash.lab.free('many{rep}'); dash.lab.empty_cache(); dash.refresh()")
         results["segment_map"] = {"blocks": n_blocks, "click_to_drawn": summary(map_runs),
                                   "browser_redraw": summary(redraws), "kernel_refresh": summary(py)}  # fmt: skip
