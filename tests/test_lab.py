@@ -215,3 +215,12 @@ def test_backend_choices_and_errors():
         select_backend("sim", device="T4", cap="17 GiB")
     with pytest.raises(ValueError, match="max_split_size_mb"):
         Lab("sim", alloc_conf="max_split_size_mb:5")
+
+
+def test_cap_can_change_on_a_live_lab():
+    lab = Lab("sim", device="T4", cap="2 GiB")
+    lab.backend.set_cap(1 << 30)
+    assert lab.backend.cap_bytes == 1 << 30
+    assert not lab.allocate("1.5 GiB").ok
+    lab.backend.set_cap(None)
+    assert lab.backend.cap_bytes is None and lab.allocate("1.5 GiB").ok

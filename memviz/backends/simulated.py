@@ -47,7 +47,7 @@ class SimulatedBackend(Backend):
     Args:
         device: a preset name (``"T4"``, ``"A100-80GB"``, ...; see :data:`memviz.devices.PRESETS`),
             a size (``"24 GiB"`` or bytes) or a :class:`~memviz.devices.SimulatedDevice`. Default ``"T4"``.
-        cap_bytes: cap the cache like ``set_per_process_memoryfraction_for_cap(cap_bytes / total)``; None: no cap.
+        cap_bytes: cap the cache like ``set_per_process_memory_fraction(cap_bytes / total)``; None: no cap.
         alloc_conf: allocator settings in ``PYTORCH_CUDA_ALLOC_CONF`` syntax; ``""`` for the defaults.
     """
 
@@ -92,5 +92,5 @@ class SimulatedBackend(Backend):
         return self._cap_bytes
 
     def set_cap(self, cap_bytes: int | None) -> None:
-        self.allocator.set_memoryfraction_for_cap(fraction_for_cap(cap_bytes, self.total_memory_bytes) or 1.0)
+        self.allocator.set_memory_fraction(fraction_for_cap(cap_bytes, self.total_memory_bytes) or 1.0)
         self._cap_bytes = cap_bytes
