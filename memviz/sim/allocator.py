@@ -301,14 +301,10 @@ class CachingAllocator:
         rounded = self.round_size(size) if self._divisions else -(-size // MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
         p = self._params  # one AllocParams, reused: malloc never re-enters itself
         p.size = rounded
-        if rounded <= SMALL_SIZE:  # get_pool and get_allocation_size, inlined
-            p.pool = self.small_blocks
-            p.alloc_size = SMALL_BUFFER
-        else:
-            p.pool = self.large_blocks
-            p.alloc_size = (self._large_segment_size if rounded < MIN_LARGE_ALLOC
-                            else -(-rounded // ROUND_LARGE) * ROUND_LARGE)
+        p.pool = self.small_blocks if rounded <= SMALL_SIZE else self.large_blocks  # get_pool, inlined
         if not self.get_free_block(p):
+            # torch computes alloc_size up front; only the paths below read it
+            p.alloc_size = self.get_allocation_size(rounded)
             if self._gc_active:
                 self.garbage_collect_cached_blocks()
             if not (self.alloc_block(p, False)
