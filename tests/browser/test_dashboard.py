@@ -11,7 +11,7 @@ from memviz.widgets._common import MiB, exact_bytes
 
 pytestmark = pytest.mark.browser
 
-NOTEBOOK = "notebooks/00_dashboard_demo.ipynb"
+NOTEBOOK = "notebooks/01_start_here.ipynb"
 GAUGE = ".memviz-gauge-{} .memviz-gauge-value"
 
 # plotly.js's own data for the figure inside the widget with this class: what is drawn, not what was sent
@@ -23,9 +23,12 @@ JS_FIGURE_DATA = """(cls) => {
 
 
 def expected_steps():
-    """The demo notebook's steps, then the test's clicks, on a fresh simulator: stats after each click."""
+    """Lesson 1's steps, then the test's clicks, on a fresh simulator: stats after each click."""
     lab = Lab(backend="sim", device="T4", cap="2 GiB")
-    lab.allocate("64 MiB", name="weights")  # what the notebook's cell does
+    lab.allocate("64 MiB", name="weights")  # what lesson 1's cells do
+    lab.allocate("512 MiB", name="big")
+    lab.free("big")
+    lab.empty_cache()
     steps = [
         ("Allocate", lambda: lab.allocate("512 MiB", name="big")),
         ("Free", lambda: lab.free("big")),
@@ -68,4 +71,4 @@ def test_dashboard_clicks_match_the_simulator(lab):
 
 
 def _events_so_far(label: str) -> int:
-    return {"Allocate": 2, "Free": 3, "gc.collect()": 4, "empty_cache()": 5}[label]
+    return {"Allocate": 5, "Free": 6, "gc.collect()": 7, "empty_cache()": 8}[label]
