@@ -145,10 +145,18 @@ class CachingAllocator:
         self._max_non_split_rounding_size = cfg.max_non_split_rounding_size
         self._large_segment_size = cfg.large_segment_size
         self._expandable = cfg.expandable_segments
-        # roundup_power2_divisions(size) by size.bit_length() (config.divisions_for, tabulated); None: all 0
-        self._divisions: tuple[int, ...] | None = None
+        # roundup_power2_divisions, tabulated by size.bit_length(): sizes above MIN_BLOCK_SIZE * divisions
+        # round up to a multiple of (power-of-2 floor / divisions); None when no interval sets divisions
+        self._divisions: tuple[tuple[int, int], ...] | None = None
         if any(cfg.roundup_power2_divisions):
-            self._divisions = tuple(cfg.divisions_for(1 << max(0, bits - 1)) for bits in range(66))
+            table = []
+            for bits in range(66):
+                divisions = cfg.divisions_for(1 << max(0, bits - 1))
+                if divisions > 1:  # (threshold, step); divisions is a power of 2
+                    table.append((MIN_BLOCK_SIZE * divisions, (1 << max(0, bits - 1)) // divisions))
+                else:
+                    table.append((SIZE_MAX, 0))
+            self._divisions = tuple(table)
         self.allowed_memory_bytes: int | None = None
         self._gc_active = False
         fraction = memory_fraction if memory_fraction is not None else cfg.per_process_memory_fraction
@@ -252,9 +260,11 @@ class CachingAllocator:
         if size < MIN_BLOCK_SIZE:
             return MIN_BLOCK_SIZE
         if self._divisions is not None:
-            divisions = self._divisions[size.bit_length()]
-            if divisions > 1 and size > MIN_BLOCK_SIZE * divisions:
-                return _roundup_power2_next_division(size, divisions)
+            threshold, step = self._divisions[size.bit_length()]
+            if size > threshold:
+                # roundup_power2_next_division(size, divisions): the next multiple of
+                # step = power2_floor(size) / divisions (a power of 2 stays as it is)
+                return -(-size // step) * step
         return -(-size // MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
 
     def get_pool(self, size: int) -> BlockPool:
@@ -421,14 +431,12 @@ class CachingAllocator:
         if split_remainder:
             already_split = block.prev is not None or block.next is not None
             remaining = block
-            block = Block(size, remaining.ptr, segment)
             prev = remaining.prev
-            block.prev = prev
+            block = Block(size, remaining.ptr, segment, prev, remaining)
             if prev is not None:
                 prev.next = block
             else:
                 segment.head = block
-            block.next = remaining
             remaining.prev = block
             rptr = remaining.ptr = remaining.ptr + size
             rsize = remaining.size = remaining.size - size
@@ -714,31 +722,29 @@ class CachingAllocator:
         target_size = self.total_allocated_memory - gc_threshold
         pool = self.large_blocks
         clock = pool.get_free_blocks_call_count
-        total_age = 0
-        freeable = 0
-        for key in pool.keys:
-            b = pool.by_key[key]
-            if b.prev is None and b.next is None and not b.segment.expandable:
-                total_age += clock - b.gc_count_base
-                freeable += 1
-        if freeable == 0:
+        by_key = pool.by_key
+        # the freeable blocks, in pool order: unsplit and not expandable. Releasing one changes no other.
+        candidates = [b for b in map(by_key.__getitem__, pool.keys)
+                      if b.prev is None and b.next is None and not b.segment.expandable]
+        if not candidates:
             return
+        total_age = sum(clock - b.gc_count_base for b in candidates)
         gc_reclaimed = 0
         block_freed = True
-        while gc_reclaimed < target_size and block_freed and freeable > 0:
-            age_threshold = total_age / freeable
+        while gc_reclaimed < target_size and block_freed and candidates:
+            age_threshold = total_age / len(candidates)
             block_freed = False
-            for key in list(pool.keys):
-                b = pool.by_key.get(key)
-                if b is None or b.prev is not None or b.next is not None or b.segment.expandable:
-                    continue
+            kept = []
+            for b in candidates:
                 age = clock - b.gc_count_base
                 if age >= age_threshold:
                     block_freed = True
                     gc_reclaimed += b.size
                     total_age -= age
-                    freeable -= 1
                     self.release_block(b)
+                else:
+                    kept.append(b)
+            candidates = kept
 
     # ------------------------------------------------------------------ expandable segments (§9)
 
@@ -932,14 +938,3 @@ class CachingAllocator:
             print(format_segment_table(self))
             raise
 
-
-def _roundup_power2_next_division(size: int, divisions: int) -> int:
-    """Round ``size`` up to the next of ``divisions`` equal steps between powers of two."""
-    if size & (size - 1) == 0:
-        return size
-    power2_floor = 1 << (size.bit_length() - 1)
-    step = power2_floor >> (divisions.bit_length() - 1)
-    if step == 0:
-        return power2_floor << 1
-    floor = size & ~(step - 1)
-    return size if floor == size else floor + step

@@ -52,15 +52,16 @@ class Block:
     __slots__ = ("allocated", "gc_count_base", "mapped", "next", "prev", "ptr", "requested_size", "segment",
                  "size")
 
-    def __init__(self, size: int, ptr: int, segment: Segment, requested_size: int = 0) -> None:
+    def __init__(self, size: int, ptr: int, segment: Segment, prev: Block | None = None,
+                 next: Block | None = None) -> None:
         self.size = size
         self.ptr = ptr
         self.segment = segment
-        self.requested_size = requested_size
+        self.requested_size = 0
         self.allocated = False
         self.mapped = True
-        self.prev: Block | None = None
-        self.next: Block | None = None
+        self.prev = prev
+        self.next = next
         self.gc_count_base = 0
 
     def is_split(self) -> bool:
