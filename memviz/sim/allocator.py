@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from .addresses import AddressSpace
@@ -412,7 +413,9 @@ class CachingAllocator:
         if alloc_size >= self._max_split_size:
             increase_single(stats.agg, OVERSIZE_SEGMENTS, 1)
         stats.num_device_alloc += 1
-        self._record("segment_alloc", ptr, alloc_size)
+        trace_append = self._trace_append
+        if trace_append is not None:
+            trace_append(("segment_alloc", ptr, alloc_size))
         p.block = block
         return True
 
@@ -884,21 +887,8 @@ class CachingAllocator:
         stats.num_ooms += 1
         allocated = self.memory_allocated()
         reserved = self.memory_reserved()
-        proc_info = ""
-        if self.context_bytes:
-            proc_info = ("Including non-PyTorch memory, this process has "
-                         f"{format_size(self.context_bytes + reserved)} memory in use. ")
-        allowed = self.allowed_memory_bytes
-        allowed_info = f"{format_size(allowed)} allowed; " if allowed is not None else ""
-        message = (
-            f"CUDA out of memory. Tried to allocate {format_size(p.alloc_size)}. {self.device_name} has a "
-            f"total capacity of {format_size(self.total_memory)} of which {format_size(device_free)} is "
-            f"free. {proc_info}{allowed_info}Of the allocated memory {format_size(allocated)} is allocated "
-            f"by PyTorch, and {format_size(reserved - allocated)} is reserved by PyTorch but unallocated. "
-            "If reserved but unallocated memory is large try setting "
-            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation "
-            "for Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html"
-            "#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)")
+        message = partial(_oom_message, p.alloc_size, self.device_name, self.total_memory, device_free,
+                          self.context_bytes, self.allowed_memory_bytes, allocated, reserved)
         raise OutOfMemoryError(message, requested_bytes=orig_size, alloc_size_bytes=p.alloc_size,
                                allocated_bytes=allocated, reserved_bytes=reserved,
                                device_free_bytes=device_free)
@@ -938,3 +928,21 @@ class CachingAllocator:
             print(format_segment_table(self))
             raise
 
+
+def _oom_message(alloc_size: int, device_name: str, total_memory: int, device_free: int, context_bytes: int,
+                 allowed: int | None, allocated: int, reserved: int) -> str:
+    """Return torch 2.11's OOM text (``DeviceCachingAllocator::malloc``); all sizes in bytes."""
+    proc_info = ""
+    if context_bytes:
+        proc_info = ("Including non-PyTorch memory, this process has "
+                     f"{format_size(context_bytes + reserved)} memory in use. ")
+    allowed_info = f"{format_size(allowed)} allowed; " if allowed is not None else ""
+    return (
+        f"CUDA out of memory. Tried to allocate {format_size(alloc_size)}. {device_name} has a "
+        f"total capacity of {format_size(total_memory)} of which {format_size(device_free)} is "
+        f"free. {proc_info}{allowed_info}Of the allocated memory {format_size(allocated)} is allocated "
+        f"by PyTorch, and {format_size(reserved - allocated)} is reserved by PyTorch but unallocated. "
+        "If reserved but unallocated memory is large try setting "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation "
+        "for Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html"
+        "#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)")
