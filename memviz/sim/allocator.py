@@ -76,6 +76,19 @@ class _AllocParams:
         self.block: Block | None = None
 
 
+def _checked_size(size: object) -> int:
+    """Return ``malloc``'s size as a plain int, 0 for 0; raise for what torch refuses up front."""
+    if type(size) is not int:
+        if isinstance(size, bool) or not isinstance(size, int):
+            raise TypeError(f"malloc size must be an int (bytes), not {type(size).__name__}")
+        size = int(size)
+    if size < 0:
+        raise ValueError(f"malloc size must be >= 0 bytes, got {size}")
+    if size >= ONE_EXA_BYTES:
+        raise OutOfMemoryError("CUDA out of memory. Tried to allocate more than 1EB memory.", requested_bytes=size)
+    return size
+
+
 def format_size(size: int) -> str:
     """Format a byte count the way the allocator's OOM message does (``format_size`` in the C++)."""
     if size <= 1024:
@@ -297,17 +310,10 @@ class CachingAllocator:
 
         Runtime complexity: O(log n) search plus O(n) list insert for n free blocks in the pool.
         """
-        if type(size) is not int:
-            if isinstance(size, bool) or not isinstance(size, int):
-                raise TypeError(f"malloc size must be an int (bytes), not {type(size).__name__}")
-            size = int(size)
-        if size <= 0:
+        if type(size) is not int or not 0 < size < ONE_EXA_BYTES:
+            size = _checked_size(size)
             if size == 0:
                 return 0
-            raise ValueError(f"malloc size must be >= 0 bytes, got {size}")
-        if size >= ONE_EXA_BYTES:
-            raise OutOfMemoryError("CUDA out of memory. Tried to allocate more than 1EB memory.",
-                                   requested_bytes=size)
         # round_size, inlined when there is no power-of-2 rounding
         rounded = self.round_size(size) if self._divisions else -(-size // MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
         p = self._params  # one AllocParams, reused: malloc never re-enters itself
@@ -336,12 +342,12 @@ class CachingAllocator:
         keys = pool.keys
         size = p.size
         i = bisect_left(keys, size << _SIZE_SHIFT)
-        n = len(keys)
-        if i == n:
+        if i == len(keys):
             return False
         by_key = pool.by_key
         block = by_key[keys[i]]
         if block.segment.expandable:
+            n = len(keys)
             if self._expandable:
                 # best fit by the size a block can grow to (its size plus an unmapped successor)
                 nxt = block.next
@@ -453,9 +459,24 @@ class CachingAllocator:
                     # an already-split inactive block shrank by size bytes (decrease_stat, inlined)
                     stats.pool[st][INACTIVE_SPLIT_BYTES] -= size
                 else:
-                    # a new split inactive block of rsize bytes
-                    increase_stat(stats, st, INACTIVE_SPLIT_BYTES, rsize)
-                    increase_stat(stats, st, INACTIVE_SPLIT, 1)
+                    # a new split inactive block of rsize bytes (increase_stat, inlined)
+                    s, other = stats.pools[st]
+                    c = s[INACTIVE_SPLIT_BYTES] + rsize
+                    s[INACTIVE_SPLIT_BYTES] = c
+                    if c > s[INACTIVE_SPLIT_BYTES_PEAK]:
+                        s[INACTIVE_SPLIT_BYTES_PEAK] = c
+                    s[INACTIVE_SPLIT_BYTES_TOTAL] += rsize
+                    c += other[INACTIVE_SPLIT_BYTES]
+                    if c > stats.agg[INACTIVE_SPLIT_BYTES_PEAK]:
+                        stats.agg[INACTIVE_SPLIT_BYTES_PEAK] = c
+                    c = s[INACTIVE_SPLIT] + 1
+                    s[INACTIVE_SPLIT] = c
+                    if c > s[INACTIVE_SPLIT_PEAK]:
+                        s[INACTIVE_SPLIT_PEAK] = c
+                    s[INACTIVE_SPLIT_TOTAL] += 1
+                    c += other[INACTIVE_SPLIT]
+                    if c > stats.agg[INACTIVE_SPLIT_PEAK]:
+                        stats.agg[INACTIVE_SPLIT_PEAK] = c
         elif not segment.expandable and (block.prev is not None or block.next is not None):
             # an already-split free block becomes active (decrease_stat, inlined)
             s = stats.pool[st]
