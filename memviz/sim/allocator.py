@@ -6,8 +6,13 @@ by side: ``malloc`` → ``round_size``, ``get_pool``, ``get_allocation_size``, `
 ``alloc_found_block``; ``free`` → ``free_block`` → ``try_merge_blocks``; ``empty_cache`` →
 ``release_cached_blocks`` → ``release_blocks`` → ``release_block``. One device, one stream.
 
-Hot paths inline ``increase_stat`` / ``decrease_stat`` (see :mod:`memviz.sim.stats`) and alias
-attributes to locals; everything else calls them.
+Speed comes from the data layout (see :mod:`memviz.sim.stats` and :mod:`memviz.sim.blocks`): the
+counters are flat int lists with ``freed`` and the aggregate's totals derived, a pool is a sorted
+list of int keys, the trace is a list of tuples turned into dicts only by ``snapshot()``. The hot
+paths (``malloc``, ``get_free_block``, ``alloc_found_block``, ``free``, ``free_block``,
+``try_merge_blocks``) alias attributes to locals and inline ``increase_stat`` / ``decrease_stat``,
+``BlockPool.insert_into_blocks`` / ``erase``, ``round_size`` and ``get_pool``, each marked where it
+happens; everything else calls them. ``benchmarks/bench_sim.py`` measures it.
 """
 
 from __future__ import annotations
