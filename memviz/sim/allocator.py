@@ -147,11 +147,14 @@ class CachingAllocator:
         self.device_name = device_name
         self.record_history = record_history
         self._clock = clock
-        self._trace: list[tuple] = []
-        # trace_append(entry) records one (action, addr, size[, time_us]) tuple; None when not recording
-        self._trace_append: Callable[[tuple], None] | None = None
+        # The trace, flat: action, addr, size of each entry in turn (no object per entry, so a long
+        # replay's history costs 3 list slots an event); time_us in _trace_times when clock is given.
+        self._trace: list[str | int] = []
+        self._trace_times: list[int] | None = [] if clock is not None else None
+        # trace_extend((action, addr, size)) records one entry; None when not recording
+        self._trace_extend: Callable[[tuple[str, int, int]], None] | None = None
         if record_history:
-            self._trace_append = self._trace.append if clock is None else self._append_timed
+            self._trace_extend = self._trace.extend if clock is None else self._extend_timed
         self._address_space = AddressSpace()
         self._params = _AllocParams()
         self.stats = DeviceStats(cfg.max_split_size)
@@ -264,13 +267,14 @@ class CachingAllocator:
 
     # ------------------------------------------------------------------ trace
 
-    def _append_timed(self, entry: tuple) -> None:
-        self._trace.append((*entry, self._clock()))
+    def _extend_timed(self, entry: tuple[str, int, int]) -> None:
+        self._trace.extend(entry)
+        self._trace_times.append(self._clock())
 
     def _record(self, action: str, addr: int, size: int) -> None:
-        trace_append = self._trace_append
-        if trace_append is not None:
-            trace_append((action, addr, size))
+        trace_extend = self._trace_extend
+        if trace_extend is not None:
+            trace_extend((action, addr, size))
 
     # ------------------------------------------------------------------ sizes
 
@@ -424,9 +428,9 @@ class CachingAllocator:
         if alloc_size >= self._max_split_size:
             increase_single(stats.agg, OVERSIZE_SEGMENTS, 1)
         stats.num_device_alloc += 1
-        trace_append = self._trace_append
-        if trace_append is not None:
-            trace_append(("segment_alloc", ptr, alloc_size))
+        trace_extend = self._trace_extend
+        if trace_extend is not None:
+            trace_extend(("segment_alloc", ptr, alloc_size))
         p.block = block
         return True
 
@@ -491,9 +495,9 @@ class CachingAllocator:
         block.requested_size = orig_size
         ptr = block.ptr
         self._active_blocks[ptr] = block
-        trace_append = self._trace_append
-        if trace_append is not None:
-            trace_append(("alloc", ptr, orig_size))
+        trace_extend = self._trace_extend
+        if trace_extend is not None:
+            trace_extend(("alloc", ptr, orig_size))
         bsize = block.size
         # increase_stat(stats, st, family, n), inlined for allocation (== active), allocated_bytes
         # (== active_bytes) and requested_bytes: the pool's current, peak and total, then the
@@ -565,11 +569,11 @@ class CachingAllocator:
 
     def free_block(self, block: Block) -> None:
         """Return a freed block to its pool, merging it with free neighbours (``free_block``)."""
-        trace_append = self._trace_append
-        if trace_append is not None:
+        trace_extend = self._trace_extend
+        if trace_extend is not None:
             # free_requested (torch records it in free) and free_completed, as one "free" entry:
             # with one stream they are always adjacent and equal; snapshot() writes both
-            trace_append(("free", block.ptr, block.requested_size))
+            trace_extend(("free", block.ptr, block.requested_size))
         segment = block.segment
         pool = segment.pool
         net_n = 0

@@ -69,8 +69,10 @@ def build_snapshot(allocator: CachingAllocator) -> dict[str, Any]:
             "blocks": bl,
         })
     traces = []
-    for entry in allocator._trace:
-        action, addr, size = entry[0], entry[1], entry[2]
+    flat = allocator._trace  # action, addr, size of each entry in turn
+    times = allocator._trace_times
+    for k in range(0, len(flat), 3):
+        action, addr, size = flat[k], flat[k + 1], flat[k + 2]
         # one "free" entry stands for free_requested + free_completed (see CachingAllocator.free_block)
         for act in (("free_requested", "free_completed") if action == "free" else (action,)):
             d: dict[str, Any] = {"action": act}
@@ -78,7 +80,7 @@ def build_snapshot(allocator: CachingAllocator) -> dict[str, Any]:
                 d["device_free"] = addr
             else:
                 d["addr"] = addr
-            d.update(size=size, stream=0, time_us=entry[3] if len(entry) > 3 else len(traces),
+            d.update(size=size, stream=0, time_us=times[k // 3] if times is not None else len(traces),
                      compile_context="N/A", user_metadata="")
             traces.append(d)
     cfg = allocator.config
