@@ -181,6 +181,7 @@ class CachingAllocator:
             self._divisions = tuple(table)
         self.allowed_memory_bytes: int | None = None
         self._gc_active = False
+        self._gc_threshold_bytes = 0
         fraction = memory_fraction if memory_fraction is not None else cfg.per_process_memory_fraction
         if fraction is not None:
             self.set_memory_fraction(fraction)
@@ -203,6 +204,9 @@ class CachingAllocator:
             self.allowed_memory_bytes = int(float(fraction) * float(self.total_memory))
         self._gc_active = (self.allowed_memory_bytes is not None
                            and self.config.garbage_collection_threshold > 0.0)
+        # garbage_collect_cached_blocks' threshold in bytes: threshold * allowed_memory_maximum
+        self._gc_threshold_bytes = (int(self.config.garbage_collection_threshold * float(self.allowed_memory_bytes))
+                                    if self._gc_active else 0)
 
     def memory_allocated(self) -> int:
         """Return the bytes occupied by live allocations (``allocated_bytes.all.current``)."""
@@ -413,7 +417,7 @@ class CachingAllocator:
         if self._expandable:
             p.block = self.try_allocate_expandable_block(p.pool, p.size)
             return p.block is not None
-        if alloc_size > self.device_free_bytes():
+        if alloc_size > self.total_memory - self.context_bytes - self.total_allocated_memory:  # device_free_bytes()
             return False
         ptr = self._address_space.malloc(alloc_size)
         self.total_allocated_memory += alloc_size
@@ -749,7 +753,7 @@ class CachingAllocator:
         of the large pool whose age (``get_free_block`` calls since it was freed) is at least the
         average age, until the reclaimed bytes reach ``total - threshold * allowed``.
         """
-        gc_threshold = int(self.config.garbage_collection_threshold * float(self.allowed_memory_bytes))
+        gc_threshold = self._gc_threshold_bytes
         if self.total_allocated_memory <= gc_threshold:
             return
         target_size = self.total_allocated_memory - gc_threshold
