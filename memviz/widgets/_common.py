@@ -20,6 +20,11 @@ MiB = 1 << 20  # figure axes are in MiB: dividing by a power of two is exact in 
 USER_ERRORS = (ValueError, KeyError, TypeError, RuntimeError)  # the lab's messages for bad input
 
 
+FIXED_AXIS = {"automargin": False, "ticklabeloverflow": "allow"}
+"""Axis settings for figures redrawn on every click: fixed margins, so plotly.js skips its auto-margin and
+tick-label-overflow passes (plotly's templates turn automargin on)."""
+
+
 def exact_bytes(nbytes: int) -> str:
     """``"512.00 MiB (536,870,912 B)"``: readable and exact, the text the browser test compares."""
     return f"{format_bytes(nbytes)} ({nbytes:,} B)"

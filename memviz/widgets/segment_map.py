@@ -29,7 +29,7 @@ import plotly.graph_objects as go
 
 from memviz.fragmentation import LARGE_PAGE_BYTES, SMALL_PAGE_BYTES
 from memviz.units import format_bytes
-from memviz.widgets._common import MiB, Piece, mib
+from memviz.widgets._common import FIXED_AXIS, MiB, Piece, mib
 
 if TYPE_CHECKING:
     from memviz.lab import Lab
@@ -127,8 +127,10 @@ class SegmentMap(Piece):
             layout={
                 "height": 200, "margin": {"l": 150, "r": 10, "t": 30, "b": 40},
                 "title": {"text": "segments and blocks", "font": {"size": 13}},
-                "xaxis": {"title": {"text": "offset in segment (MiB)"}, "rangemode": "tozero", "zeroline": False},
-                "yaxis": {"autorange": "reversed", "title": {"text": ""}, "zeroline": False, "showgrid": False},
+                "xaxis": {"title": {"text": "offset in segment (MiB)"}, "rangemode": "tozero", "zeroline": False,
+                          **FIXED_AXIS},
+                "yaxis": {"autorange": "reversed", "title": {"text": ""}, "zeroline": False, "showgrid": False,
+                          **FIXED_AXIS},
                 "legend": {"orientation": "h", "y": -0.2}, "hovermode": "closest", "hoverdistance": -1,
                 "template": "plotly_white",
             },
@@ -162,7 +164,8 @@ class SegmentMap(Piece):
         self.bars = bars
         ordered = sorted(segments, key=lambda s: s["address"])
         n = len(ordered)
-        layout_y: dict = {"autorange": False, "title": {"text": ""}, "zeroline": False, "showgrid": False}
+        layout_y: dict = {"autorange": False, "title": {"text": ""}, "zeroline": False, "showgrid": False,
+                          **FIXED_AXIS}
         if n <= MAX_TICK_LABELS:
             exp = {True: " (exp.)", False: ""}
             labels = [f"{s['segment_type']} {format_bytes(s['total_size'])}{exp[bool(s.get('is_expandable'))]}"
@@ -203,11 +206,11 @@ class SegmentMap(Piece):
         )
         # One Plotly.update for data and layout. plotly_update skips the per-element validation that trace
         # property setters (and batch_update) run: 40,000 points cost 0.2 s there, a few ms here.
-        self.fig.plotly_update(
-            restyle_data=restyle,
-            relayout_data={"yaxis": layout_y, "height": height, "title.text": title},
-            trace_indexes=list(range(len(CATEGORIES) + 1)),
-        )
+        relayout: dict = {"yaxis": layout_y, "title.text": title}
+        if height != self.fig.layout.height:  # a new height re-lays the whole figure out: only when it changes
+            relayout["height"] = height
+        self.fig.plotly_update(restyle_data=restyle, relayout_data=relayout,
+                               trace_indexes=list(range(len(CATEGORIES) + 1)))  # fmt: skip
 
     def drawn_bytes(self, category: str) -> int:
         """Bytes the figure draws for ``category`` (sum of its lines' lengths, back in bytes)."""
