@@ -78,9 +78,8 @@ def test_every_control_by_click(dash):
     click(dash, "Allocate", size="(100, 100)", dtype="float32", count=50, name="small")
     assert len(dash.lab.groups["small"]) == 50
     assert_matches_lab(dash)
-    names = {
-        text.split("</b>")[0][3:] for trace in dash.segment_map.fig.data[:3] for text in trace.hovertext or () if text
-    }
+    texts = [text for trace in dash.segment_map.fig.data[:3] if trace.hovertext is not None for text in trace.hovertext]
+    names = {text.split("</b>")[0][3:] for text in texts if text}
     assert {"big", "small[0]", "small[49]", "free"} <= names
     click(dash, "Allocate", size="(2048, 1024)", dtype="bfloat16", count=1, name="")  # auto name t0
     assert dash.lab.tensors["t0"].request.nbytes == 2048 * 1024 * 2

@@ -22,9 +22,11 @@ Runtime complexity: O(blocks) per refresh.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+import numpy as np
 import plotly.graph_objects as go
 
 from memviz.fragmentation import LARGE_PAGE_BYTES, SMALL_PAGE_BYTES
@@ -180,6 +182,7 @@ class SegmentMap(Piece):
         edges_x: list = []
         edges_y: list = []
         half = 0.45
+        gap = math.nan  # a NaN point breaks the line between two blocks (connectgaps=False)
         restyle: dict[str, list] = {"x": [], "y": [], "hovertext": [], "line.width": []}
         for cat, _, _ in CATEGORIES:
             b = bars[cat]
@@ -189,15 +192,16 @@ class SegmentMap(Piece):
             for row, off, size, req, addr, name in zip(b["row"], b["offset"], b["size"], b["requested"],
                                                        b["address"], b["name"], strict=True):  # fmt: skip
                 start, end = mib(off), mib(off + size)
-                xs += (start, end, None)
-                ys += (row, row, None)
+                xs += (start, end, gap)
+                ys += (row, row, gap)
                 text = _hover(cat, name, size, req, addr, off)
                 texts += (text, text, None)
-                edges_x += (start, start, None)
-                edges_y += (row - half, row + half, None)
-            for k, v in (("x", xs), ("y", ys), ("hovertext", texts), ("line.width", width)):
+                edges_x += (start, start, gap)
+                edges_y += (row - half, row + half, gap)
+            for k, v in (("x", _floats(xs)), ("y", _floats(ys)), ("hovertext", np.array(texts, dtype=object)),
+                         ("line.width", width)):  # fmt: skip
                 restyle[k].append(v)
-        for k, v in (("x", edges_x), ("y", edges_y), ("hovertext", None), ("line.width", 1)):
+        for k, v in (("x", _floats(edges_x)), ("y", _floats(edges_y)), ("hovertext", None), ("line.width", 1)):
             restyle[k].append(v)
         title = (
             f"{n} segments, {sum(len(s['blocks']) for s in segments):,} blocks"
@@ -215,8 +219,14 @@ class SegmentMap(Piece):
     def drawn_bytes(self, category: str) -> int:
         """Bytes the figure draws for ``category`` (sum of its lines' lengths, back in bytes)."""
         trace = self.fig.data[[c for c, _, _ in CATEGORIES].index(category)]
-        xs = trace.x or ()
+        xs = () if trace.x is None else trace.x
         return round(sum((xs[i + 1] - xs[i]) * MiB for i in range(0, len(xs), 3)))
+
+
+def _floats(values: list) -> np.ndarray:
+    """As a float64 array: plotly compares arrays in C (lists element by element in Python) and sends them
+    to the browser as binary buffers."""
+    return np.asarray(values, dtype=float)
 
 
 def _hover(category: str, name: str, size: int, requested: int, address: int, offset: int) -> str:
