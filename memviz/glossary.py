@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from memviz.units import format_bytes
 
-__all__ = ["FAMILIES", "POOLS", "COUNTERS", "explain_key", "stats_table"]
+__all__ = ["COUNTERS", "FAMILIES", "POOLS", "explain_key", "stats_table"]
 
 POOLS = ("all", "large_pool", "small_pool")
 
