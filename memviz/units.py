@@ -17,6 +17,8 @@ import math
 import re
 from numbers import Integral
 
+from memviz.sim import format_size  # bytes as PyTorch's OOM message prints them
+
 __all__ = ["MAX_BYTES", "SizeError", "format_bytes", "format_size", "parse_size"]
 
 MAX_BYTES = (1 << 63) - 1  # a size must fit in int64, as it does for torch
@@ -87,21 +89,6 @@ def _parse_size_string(text: str) -> int:
     if numerator % denominator:
         raise SizeError(f"{text!r} is not a whole number of bytes")
     return numerator // denominator
-
-
-def format_size(nbytes: int) -> str:
-    """Bytes as PyTorch's OOM message prints them (``format_size`` in CUDACachingAllocator.cpp).
-
-    ``<= 1024`` prints as ``"N bytes"``, then KiB, MiB, GiB with two decimals; each boundary is
-    inclusive, so 1 MiB prints as ``"1024.00 KiB"``.
-    """
-    if nbytes <= 1024:
-        return f"{nbytes} bytes"
-    if nbytes <= 1048576:
-        return f"{nbytes / 1024:.2f} KiB"
-    if nbytes <= 1073741824:
-        return f"{nbytes / 1048576:.2f} MiB"
-    return f"{nbytes / 1073741824:.2f} GiB"
 
 
 def format_bytes(nbytes: int) -> str:

@@ -74,15 +74,18 @@ class Backend(ABC):
     def reset_accumulated_memory_stats(self) -> None:
         """Zero the ``*.allocated`` / ``*.freed`` stats and the event counters (retries, OOMs, ...)."""
 
-    @property
-    @abstractmethod
-    def alloc_conf(self) -> str:
-        """The allocator settings in force, in ``PYTORCH_CUDA_ALLOC_CONF`` syntax (``""``: defaults)."""
+    _alloc_conf: str
+    _cap_bytes: int | None
 
     @property
-    @abstractmethod
+    def alloc_conf(self) -> str:
+        """The allocator settings in force, in ``PYTORCH_CUDA_ALLOC_CONF`` syntax (``""``: defaults)."""
+        return self._alloc_conf
+
+    @property
     def cap_bytes(self) -> int | None:
         """Most bytes the cache may reserve (the per-process memory fraction), or None when uncapped."""
+        return self._cap_bytes
 
     @abstractmethod
     def set_cap(self, cap_bytes: int | None) -> None:

@@ -74,14 +74,6 @@ class CudaBackend(Backend):
     def reset_accumulated_memory_stats(self) -> None:
         torch.cuda.reset_accumulated_memory_stats(self.device)
 
-    @property
-    def alloc_conf(self) -> str:
-        return self._alloc_conf
-
-    @property
-    def cap_bytes(self) -> int | None:
-        return self._cap_bytes
-
     def set_cap(self, cap_bytes: int | None) -> None:
         fraction = fraction_for_cap(cap_bytes, self.total_memory_bytes)
         torch.cuda.set_per_process_memory_fraction(1.0 if fraction is None else fraction, self.device)

@@ -83,14 +83,6 @@ class SimulatedBackend(Backend):
     def reset_accumulated_memory_stats(self) -> None:
         self.allocator.reset_accumulated_memory_stats()
 
-    @property
-    def alloc_conf(self) -> str:
-        return self._alloc_conf
-
-    @property
-    def cap_bytes(self) -> int | None:
-        return self._cap_bytes
-
     def set_cap(self, cap_bytes: int | None) -> None:
         self.allocator.set_memory_fraction(fraction_for_cap(cap_bytes, self.total_memory_bytes) or 1.0)
         self._cap_bytes = cap_bytes

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as W
 
 from memviz.devices import PRESETS
+from memviz.oom import CANDIDATE_CONFIGS
 from memviz.shapes import DTYPE_SIZES
 from memviz.units import format_bytes
 from memviz.widgets._common import Piece, escape, guarded
@@ -27,14 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CONFIG_PRESETS", "Controls", "parse_size_field"]
 
-CONFIG_PRESETS = (
-    "default",
-    "expandable_segments:True",
-    "max_split_size_mb:64",
-    "max_split_size_mb:128",
-    "garbage_collection_threshold:0.6,max_split_size_mb:128",
-    "roundup_power2_divisions:4",
-)
+CONFIG_PRESETS = ("default", *CANDIDATE_CONFIGS)
 """Allocator configs offered by the picker ("default" is ``""``); any other string can be typed."""
 
 SIM, REAL = "simulator", "real GPU"
