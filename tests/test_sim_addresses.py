@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import random
 from functools import cache
 from pathlib import Path
 
@@ -124,3 +125,70 @@ def test_recorded_segment_order_is_reproduced() -> None:
         total += t
     assert total > 1500
     assert same >= 0.97 * total
+
+
+class _ScanModel:
+    """The address model's rules as plain scans (the O(n) reference for AddressSpace's trees)."""
+
+    def __init__(self) -> None:
+        self.blocks: list[list] = []  # [lo, hi, {ptr: size}, permanent], creation order
+        for base, gap in ((480, 488), (384, 414)):
+            lo = MALLOC_TOP + base * MiB
+            self.blocks.append([lo, lo + CHUNK, {lo: (gap - base) * MiB}, True])
+
+    def malloc(self, size: int) -> int:
+        for block in reversed(self.blocks):  # newest reservation first
+            lo, hi, ranges, _ = block
+            best, best_len, pos = None, 0, lo
+            for start in [*sorted(ranges), hi]:
+                gap = start - pos
+                if gap >= size and (best is None or gap < best_len):
+                    best, best_len = pos, gap
+                pos = start + ranges.get(start, 0)
+            if best is not None:
+                ranges[best] = size
+                return best
+        need = -(-size // CHUNK) * CHUNK
+        top = MALLOC_TOP
+        for lo, hi, _, _ in sorted((b for b in self.blocks if b[0] < MALLOC_TOP), reverse=True):
+            if top - hi > need:
+                break
+            top = lo
+        self.blocks.append([top - need, top, {top - need: size}, False])
+        return top - need
+
+    def free(self, ptr: int) -> None:
+        block = next(b for b in self.blocks if ptr in b[2])
+        del block[2][ptr]
+        if not block[2] and not block[3]:
+            self.blocks.remove(block)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_trees_place_like_the_scans(seed: int) -> None:
+    rng = random.Random(seed)
+    space, model = AddressSpace(), _ScanModel()
+    live: list[int] = []
+    max_live = (5, 40, 300)[seed % 3]
+    for _ in range(1500):
+        if live and (rng.random() < 0.5 or len(live) > max_live):
+            ptr = live.pop(rng.randrange(len(live)))
+            space.free(ptr)
+            model.free(ptr)
+        else:
+            chunks = rng.choices((16, 200, 2000), (70, 25, 5))[0]  # mostly small, a few huge
+            size = 2 * MiB * rng.randint(1, chunks)
+            ptr = space.malloc(size)
+            assert ptr == model.malloc(size)
+            live.append(ptr)
+
+
+def test_reserve_takes_the_lowest_chunk_aligned_gap() -> None:
+    space = AddressSpace()
+    a = space.reserve(3 * MiB)
+    b = space.reserve(CHUNK)
+    c = space.reserve(5 * MiB)
+    assert (b - a, c - b) == (CHUNK, CHUNK)
+    space.unreserve(b)
+    assert space.reserve(2 * MiB) == b
+    assert space.reserve(CHUNK + 1) == c + CHUNK
