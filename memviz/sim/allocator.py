@@ -341,7 +341,13 @@ class CachingAllocator:
                     or (self.release_available_cached_blocks(p) and self.alloc_block(p, False))
                     or (self.release_cached_blocks() and self.alloc_block(p, True))):
                 self._raise_oom(p, size)
-        return self.alloc_found_block(p, size, self.should_split(p.block, rounded))
+        # should_split(p.block, rounded), inlined
+        remaining = p.block.size - rounded
+        if p.pool.is_small or self._expandable:
+            split = remaining >= MIN_BLOCK_SIZE
+        else:
+            split = rounded < self._max_split_size and remaining > SMALL_SIZE
+        return self.alloc_found_block(p, size, split)
 
     def get_free_block(self, p: _AllocParams) -> bool:
         """Take the best-fitting cached block for ``p`` out of its pool (``get_free_block``).
@@ -761,7 +767,10 @@ class CachingAllocator:
         clock = pool.get_free_blocks_call_count
         by_key = pool.by_key
         # the freeable blocks, in pool order: unsplit and not expandable. Releasing one changes no other.
-        candidates = [b for b in map(by_key.__getitem__, pool.keys)
+        # Smaller blocks cannot be a whole large segment (see release_blocks): skip them.
+        keys = pool.keys
+        smallest = min(self._large_segment_size, MIN_LARGE_ALLOC)
+        candidates = [b for b in map(by_key.__getitem__, keys[bisect_left(keys, smallest << _SIZE_SHIFT):])
                       if b.prev is None and b.next is None and not b.segment.expandable]
         if not candidates:
             return
