@@ -11,8 +11,9 @@ counters are flat int lists with ``freed`` and the aggregate's totals derived, a
 list of int keys, the trace is a list of tuples turned into dicts only by ``snapshot()``. The hot
 paths (``malloc``, ``get_free_block``, ``alloc_found_block``, ``free``, ``free_block``,
 ``try_merge_blocks``) alias attributes to locals and inline ``increase_stat`` / ``decrease_stat``,
-``BlockPool.insert_into_blocks`` / ``erase``, ``round_size`` and ``get_pool``, each marked where it
-happens; everything else calls them. ``benchmarks/bench_sim.py`` measures it.
+``BlockPool.insert_into_blocks`` / ``erase``, ``round_size``, ``get_pool``, ``should_split`` (in
+``malloc``) and ``try_merge_blocks`` (in ``free_block``), each marked where it happens; everything
+else calls them. ``benchmarks/bench_sim.py`` measures it.
 """
 
 from __future__ import annotations
@@ -588,19 +589,40 @@ class CachingAllocator:
         pool = segment.pool
         net_n = 0
         net_b = 0
+        keys = pool.keys
+        by_key = pool.by_key
+        bsize = block.size
+        # try_merge_blocks(block, neighbour, pool) for each free mapped neighbour, inlined (the freed
+        # block is mapped, so the neighbour leaves the pool's keys): block absorbs it
         prev = block.prev
-        if prev is not None and not prev.allocated and prev.mapped == block.mapped:
-            net_b -= self.try_merge_blocks(block, prev, pool)
+        if prev is not None and not prev.allocated and prev.mapped:
+            psize = prev.size
+            pptr = prev.ptr
+            del by_key[keys.pop(bisect_left(keys, psize << _SIZE_SHIFT | pptr))]  # pool.erase(prev)
+            block.ptr = pptr
+            pprev = block.prev = prev.prev
+            if pprev is not None:
+                pprev.next = block
+            else:
+                segment.head = block
+            bsize += psize
+            net_b -= psize
             net_n -= 1
         nxt = block.next
-        if nxt is not None and not nxt.allocated and nxt.mapped == block.mapped:
-            net_b -= self.try_merge_blocks(block, nxt, pool)
+        if nxt is not None and not nxt.allocated and nxt.mapped:
+            nsize = nxt.size
+            del by_key[keys.pop(bisect_left(keys, nsize << _SIZE_SHIFT | nxt.ptr))]  # pool.erase(nxt)
+            nnext = block.next = nxt.next
+            if nnext is not None:
+                nnext.prev = block
+            bsize += nsize
+            net_b -= nsize
             net_n -= 1
+        block.size = bsize
         # pool.insert_into_blocks(block), inlined
-        bsize = block.size
         key = bsize << _SIZE_SHIFT | block.ptr
-        insort(pool.keys, key)
-        pool.by_key[key] = block
+        insort(keys, key)
+        by_key[key] = block
         block.gc_count_base = pool.get_free_blocks_call_count
         stats = self.stats
         s, other = stats.pools[pool.stat_type]
