@@ -25,24 +25,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import SnapshotError
-from .load import load_snapshot
+from .load import TRACE_ACTIONS, load_snapshot
 from .settings import SMALL_BUFFER, SMALL_SIZE, RecordedSettings, settings_from_snapshot
 
 __all__ = ["ACTIONS", "InitialBlock", "SnapshotHistory", "Timeline"]
 
-#: Action codes used by :attr:`Timeline.action` (index into this tuple); unknown actions get ``other``.
-ACTIONS = (
-    "alloc",
-    "free_requested",
-    "free_completed",
-    "segment_alloc",
-    "segment_free",
-    "segment_map",
-    "segment_unmap",
-    "oom",
-    "snapshot",
-    "other",
-)
+#: Action codes used by :attr:`Timeline.action` (index into this tuple): the trace actions the loader knows
+#: (``annotate`` carries no memory), then ``other`` for anything else.
+ACTIONS = (*(a for a in TRACE_ACTIONS if a != "annotate"), "other")
 _CODE = {name: i for i, name in enumerate(ACTIONS)}
 _SEGMENT_CODES = (_CODE["segment_alloc"], _CODE["segment_free"], _CODE["segment_map"], _CODE["segment_unmap"])
 _ALLOCATED, _PENDING, _INACTIVE = "active_allocated", "active_pending_free", "inactive"
@@ -545,26 +535,14 @@ class SnapshotHistory:
         code_of = _CODE.get
         other = _CODE["other"]
         bar = _progress(n, progress, "rebuilding history")
+        apply = self._apply
         for i, e in enumerate(events):
             if i % _CHECKPOINT_EVERY == 0:
                 self._checkpoints.append(st.freeze())
                 if bar is not None and i:
                     bar.update(_CHECKPOINT_EVERY)
             action = e["action"]
-            if action == "alloc":
-                st.alloc(i, e["addr"], e["size"], e.get("frames"))
-            elif action == "free_requested":
-                st.free_requested(i, e["addr"])
-            elif action == "free_completed":
-                st.free_completed(i, e["addr"])
-            elif action == "segment_alloc":
-                st.segment_alloc(e["addr"], e["size"], e.get("stream", 0), e.get("frames"))
-            elif action == "segment_free":
-                st.segment_free(i, e["addr"], e["size"])
-            elif action == "segment_map":
-                st.segment_map(e["addr"], e["size"], e.get("stream", 0), self._kind_after(i), e.get("frames"))
-            elif action == "segment_unmap":
-                st.segment_unmap(i, e["addr"], e["size"])
+            apply(st, i, e)
             allocated[i] = st.allocated
             active[i] = st.active
             requested[i] = st.requested
@@ -617,24 +595,28 @@ class SnapshotHistory:
         c = index // _CHECKPOINT_EVERY
         st = _State.thaw(self._checkpoints[c], self.settings)
         events = self.events
+        apply = self._apply
         for i in range(c * _CHECKPOINT_EVERY, index + 1):
-            e = events[i]
-            action = e["action"]
-            if action == "alloc":
-                st.alloc(i, e["addr"], e["size"], e.get("frames"))
-            elif action == "free_requested":
-                st.free_requested(i, e["addr"])
-            elif action == "free_completed":
-                st.free_completed(i, e["addr"])
-            elif action == "segment_alloc":
-                st.segment_alloc(e["addr"], e["size"], e.get("stream", 0), e.get("frames"))
-            elif action == "segment_free":
-                st.segment_free(i, e["addr"], e["size"])
-            elif action == "segment_map":
-                st.segment_map(e["addr"], e["size"], e.get("stream", 0), self._kind_after(i), e.get("frames"))
-            elif action == "segment_unmap":
-                st.segment_unmap(i, e["addr"], e["size"])
+            apply(st, i, events[i])
         return st
+
+    def _apply(self, st: _State, i: int, e: dict[str, Any]) -> None:
+        """Play trace event ``e`` (number ``i``) onto ``st``; actions that change no block are skipped."""
+        action = e["action"]
+        if action == "alloc":
+            st.alloc(i, e["addr"], e["size"], e.get("frames"))
+        elif action == "free_requested":
+            st.free_requested(i, e["addr"])
+        elif action == "free_completed":
+            st.free_completed(i, e["addr"])
+        elif action == "segment_alloc":
+            st.segment_alloc(e["addr"], e["size"], e.get("stream", 0), e.get("frames"))
+        elif action == "segment_free":
+            st.segment_free(i, e["addr"], e["size"])
+        elif action == "segment_map":
+            st.segment_map(e["addr"], e["size"], e.get("stream", 0), self._kind_after(i), e.get("frames"))
+        elif action == "segment_unmap":
+            st.segment_unmap(i, e["addr"], e["size"])
 
     def _export(self, st: _State) -> list[dict[str, Any]]:
         unknown = self._unknown_requested
