@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass
 from importlib import resources
 
+from memviz.units import format_bytes
+
 __all__ = ["CacheTimings", "cache_timings", "recorded_h200"]
 
 MiB = 1 << 20
@@ -33,10 +35,14 @@ class CacheTimings:
 
     def __str__(self) -> str:
         lines = [f"alloc + free, median µs ({self.source})", f"{'size':>10}  {'cached':>8}  {'cudaMalloc':>10}"]
-        for size in sorted(self.uncached_us):
-            cached = self.cached_us.get(size, float("nan"))
-            lines.append(f"{size // MiB:>6} MiB  {cached:8.1f}  {self.uncached_us[size]:10.1f}")
+        for size in sorted(self.cached_us.keys() | self.uncached_us.keys()):
+            cached, uncached = (_cell(t.get(size)) for t in (self.cached_us, self.uncached_us))
+            lines.append(f"{format_bytes(size):>10}  {cached:>8}  {uncached:>10}")  # "—": not measured at that size
         return "\n".join(lines)
+
+
+def _cell(us: float | None) -> str:
+    return "—" if us is None else f"{us:.1f}"
 
 
 def recorded_h200() -> CacheTimings:
@@ -46,7 +52,6 @@ def recorded_h200() -> CacheTimings:
               100 * MiB: data["cached_alloc_free_104857600_us"]}  # fmt: skip
     uncached = {2 * MiB: data["uncached_alloc_free_emptycache_2097152_us"],
                 100 * MiB: data["uncached_alloc_free_emptycache_104857600_us"]}  # fmt: skip
-    cached.setdefault(2 * MiB, data["cached_alloc_free_1048576_us"])
     return CacheTimings(cached, uncached, f"recorded on {data['device']} (torch {data['torch']})")
 
 
