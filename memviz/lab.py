@@ -27,6 +27,7 @@ from memviz.backends import Backend, select_backend
 from memviz.devices import SimulatedDevice
 from memviz.events import Event, OOMRecord
 from memviz.fragmentation import Fragmentation, fragmentation
+from memviz.oom import OOMExplanation, explain_oom
 from memviz.shapes import Request, size_request, tensor_request
 from memviz.units import format_bytes
 
@@ -253,10 +254,8 @@ class Lab:
 
     # -- what-if -----------------------------------------------------------------------------------
 
-    def explain_oom(self, event: Event | None = None, configs: tuple[str, ...] | None = None):
+    def explain_oom(self, event: Event | None = None, configs: tuple[str, ...] | None = None) -> OOMExplanation:
         """Explain an OOM event (default: the last one): see :func:`memviz.oom.explain_oom`."""
-        from memviz.oom import explain_oom
-
         if event is None:
             ooms = [e for e in self.events if e.oom is not None]
             if not ooms:

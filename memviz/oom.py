@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from memviz.backends import fraction_for_cap
 from memviz.events import Event
 from memviz.sim import CachingAllocator, OutOfMemoryError
 from memviz.units import format_bytes
@@ -149,8 +150,6 @@ def explain_oom(lab: Lab, event: Event, configs: Sequence[str] | None = None) ->
     record = event.oom
     if record is None:
         raise ValueError(f"event #{event.index} is not an OOM")
-    from memviz.backends import fraction_for_cap
-
     backend = lab.backend
     frag = record.fragmentation
     pool = "small" if record.request.nbytes <= (1 << 20) else "large"
