@@ -268,6 +268,40 @@ def test_pieces_alone():
         piece.close()
 
 
+def test_legends_name_every_trace_once():
+    lab = sim_lab()
+    t, m = Timeline(lab), SegmentMap(lab)
+    assert not t.fig.layout.showlegend and not m.fig.layout.showlegend  # HTML legends instead (drawn once)
+    for piece, traces in ((t, t.fig.data), (m, m.fig.data[:3])):
+        assert piece.widget.children == (piece.fig, piece.legend)
+        for trace in traces:
+            assert piece.legend.value.count(f"> {trace.name}</span>") == 1, trace.name
+    t.close()
+    m.close()
+
+
+def _sent_methods(fig, state: dict) -> list[str]:
+    """The comm messages ``fig`` sends when the browser sets ``state`` (ipywidgets' own ``set_state``)."""
+    sent: list[str] = []
+    send = fig._send
+    fig._send = lambda msg, buffers=None: (sent.append(msg["method"]), send(msg, buffers))
+    fig.set_state(state)
+    return sent
+
+
+def test_figures_do_not_echo_plotlys_reports_back_to_the_browser():
+    import plotly.graph_objects as go
+
+    from memviz.widgets.figure import Figure
+
+    report = {"_js2py_layoutDelta": {"layout_delta": {}, "layout_edit_id": 0}}
+    assert "echo_update" in _sent_methods(go.FigureWidget(), report)  # what plotly's own widget does
+    assert "echo_update" not in _sent_methods(Figure(), report)
+    lab = sim_lab()
+    for fig in (Timeline(lab).fig, SegmentMap(lab).fig):
+        assert isinstance(fig, Figure)
+
+
 @pytest.fixture
 def shell():
     from IPython.core.interactiveshell import InteractiveShell

@@ -257,10 +257,10 @@ class Controls(Piece):
         def handler(_button: Any) -> None:
             event = action()
             self.error = ""
+            if self.on_event is not None:  # first the gauges and figures (the dashboard): what the click is for
+                self.on_event(event)
             self._set_status(str(event), oom=not event.ok)
             self.refresh(event.stats_after)  # the free picker
-            if self.on_event is not None:
-                self.on_event(event)
 
         return handler
 

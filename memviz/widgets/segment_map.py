@@ -26,12 +26,14 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+import ipywidgets as W
 import numpy as np
 import plotly.graph_objects as go
 
 from memviz.fragmentation import LARGE_PAGE_BYTES, SMALL_PAGE_BYTES
 from memviz.units import format_bytes
-from memviz.widgets._common import FIXED_AXIS, MiB, Piece, mib
+from memviz.widgets._common import FIXED_AXIS, TEMPLATE, MiB, Piece, legend, line_swatch, mib
+from memviz.widgets.figure import Figure
 
 if TYPE_CHECKING:
     from memviz.lab import Lab
@@ -108,9 +110,10 @@ def segment_bars(segments: list[Mapping], names: Mapping[int, str] | None = None
 class SegmentMap(Piece):
     """Every segment of the cache, its blocks coloured by state (see the module docstring).
 
-    ``fig.data[i]`` draws ``CATEGORIES[i]``: for each block the points ``(start, row), (end, row), None``
-    (x in MiB, exact), and the hover text of the block at both ends; ``fig.data[3]`` the block edges.
-    ``bars`` holds the exact ints as drawn last (see :func:`segment_bars`).
+    ``widget`` shows ``fig`` above ``legend`` (static HTML). ``fig.data[i]`` draws ``CATEGORIES[i]``: for each
+    block the points ``(start, row), (end, row), None`` (x in MiB, exact), and the hover text of the block at
+    both ends; ``fig.data[3]`` the block edges. ``bars`` holds the exact ints as drawn last (see
+    :func:`segment_bars`).
     """
 
     needs_snapshot = True
@@ -124,7 +127,7 @@ class SegmentMap(Piece):
             for _, label, color in CATEGORIES
         ] + [go.Scattergl(name="block edges", mode="lines", line={"color": "white", "width": 1}, hoverinfo="skip",
                         showlegend=False)]  # fmt: skip
-        self.fig = go.FigureWidget(
+        self.fig = Figure(
             traces,
             layout={
                 "height": 200, "margin": {"l": 150, "r": 10, "t": 30, "b": 40},
@@ -133,12 +136,13 @@ class SegmentMap(Piece):
                           **FIXED_AXIS},
                 "yaxis": {"autorange": "reversed", "title": {"text": ""}, "zeroline": False, "showgrid": False,
                           **FIXED_AXIS},
-                "legend": {"orientation": "h", "y": -0.2}, "hovermode": "closest", "hoverdistance": -1,
-                "template": "plotly_white",
+                "showlegend": False, "hovermode": "closest", "hoverdistance": -1,  # the legend is HTML, below
+                "template": TEMPLATE,
             },
         )  # fmt: skip
         self.fig.add_class("memviz-segment-map")
-        self.widget = self.fig
+        self.legend = legend([(label, line_swatch(color, 8)) for _, label, color in CATEGORIES])
+        self.widget = W.VBox([self.fig, self.legend])
         self.bars: dict[str, dict[str, list]] = {}
         self._drawn_key: object = None
         self.refresh()

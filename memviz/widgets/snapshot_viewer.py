@@ -25,7 +25,8 @@ import plotly.graph_objects as go
 
 from memviz.snapshots import ReplayResult, SnapshotError, SnapshotHistory
 from memviz.units import format_bytes
-from memviz.widgets._common import MiB, close_tree, escape, exact_bytes, guarded
+from memviz.widgets._common import TEMPLATE, MiB, close_tree, escape, exact_bytes, guarded
+from memviz.widgets.figure import Figure
 from memviz.widgets.segment_map import LIVE_STATES, SegmentMap
 
 __all__ = ["SnapshotViewer", "StateMap", "envelope", "event_text", "history_of"]
@@ -320,7 +321,7 @@ class SnapshotViewer:
                     hovertemplate="what-if OOM at event %{x}<extra></extra>",
                 )
             )
-        fig = go.FigureWidget(
+        fig = Figure(
             traces,
             layout={
                 "height": 380,
@@ -331,7 +332,7 @@ class SnapshotViewer:
                 "yaxis": {"title": {"text": "MiB"}, "rangemode": "tozero"},
                 "legend": {"orientation": "h", "y": -0.2},
                 "hovermode": "closest",
-                "template": "plotly_white",
+                "template": TEMPLATE,
                 "shapes": [
                     {
                         "type": "line",

@@ -9,9 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+import ipywidgets as W
 import plotly.graph_objects as go
 
-from memviz.widgets._common import FIXED_AXIS, Piece, mib
+from memviz.widgets._common import FIXED_AXIS, TEMPLATE, Piece, legend, line_swatch, marker_swatch, mib
+from memviz.widgets.figure import Figure
 
 if TYPE_CHECKING:
     from memviz.lab import Lab
@@ -23,6 +25,7 @@ KEYS = (
     ("reserved", "reserved_bytes.all.current", "#ff7f0e"),
     ("active", "active_bytes.all.current", "#2ca02c"),
 )
+LINE_STYLES, LINE_DASHES = (3, 2, 1.5), ("solid", "solid", "dot")  # widths in px, per KEYS entry
 MARKERS = (  # (trace name, event test, marker symbol, colour)
     ("gc.collect()", lambda e: e.action == "gc", "triangle-down", "#9467bd"),
     ("empty_cache()", lambda e: e.action == "empty_cache", "diamond", "#8c564b"),
@@ -33,9 +36,9 @@ MARKERS = (  # (trace name, event test, marker symbol, colour)
 class Timeline(Piece):
     """Allocated / reserved / active after every lab event, as step lines; markers at gc, empty_cache, OOM.
 
-    ``fig`` is the ``plotly.graph_objects.FigureWidget``: ``fig.data[0]`` allocated, ``[1]`` reserved,
-    ``[2]`` active (y in MiB, x the event number; point 0 is the lab's start), then one marker trace per
-    kind of marker (y at reserved after the event).
+    ``widget`` shows ``fig`` above ``legend`` (static HTML). ``fig`` is the ``plotly.graph_objects.FigureWidget``:
+    ``fig.data[0]`` allocated, ``[1]`` reserved, ``[2]`` active (y in MiB, x the event number; point 0 is the
+    lab's start), then one marker trace per kind of marker (y at reserved after the event).
     """
 
     def __init__(self, lab: Lab, *, height: int = 260) -> None:
@@ -43,13 +46,13 @@ class Timeline(Piece):
         traces = [
             go.Scatter(name=name, mode="lines", line={"shape": "hv", "color": color, "width": width, "dash": dash},
                        hovertemplate=f"{name} %{{y:.2f}} MiB<extra></extra>")
-            for (name, _, color), width, dash in zip(KEYS, (3, 2, 1.5), ("solid", "solid", "dot"), strict=True)
+            for (name, _, color), width, dash in zip(KEYS, LINE_STYLES, LINE_DASHES, strict=True)
         ] + [
             go.Scatter(name=name, mode="markers", marker={"symbol": symbol, "color": color, "size": 10},
                        hovertemplate="%{hovertext}<extra>" + name + "</extra>")
             for name, _, symbol, color in MARKERS
         ]  # fmt: skip
-        self.fig = go.FigureWidget(
+        self.fig = Figure(
             traces,
             layout={
                 "height": height, "margin": {"l": 60, "r": 10, "t": 30, "b": 40},
@@ -57,13 +60,18 @@ class Timeline(Piece):
                 # fixed margins: no automargin or tick-label overflow passes on every redraw (faster clicks)
                 "xaxis": {"title": {"text": "event #"}, "rangemode": "tozero", **FIXED_AXIS},
                 "yaxis": {"title": {"text": "MiB"}, "rangemode": "tozero", **FIXED_AXIS},
-                "legend": {"orientation": "h", "y": -0.25}, "hovermode": "x unified",
-                "template": "plotly_white",
+                "showlegend": False, "hovermode": "x unified",  # the legend is HTML, below
+                "template": TEMPLATE,
             },
         )  # fmt: skip
         self.fig.data[0].hovertemplate = "%{hovertext}<br>allocated %{y:.2f} MiB<extra></extra>"
         self.fig.add_class("memviz-timeline")
-        self.widget = self.fig
+        self.legend = legend(
+            [(name, line_swatch(color, width, dash))
+             for (name, _, color), width, dash in zip(KEYS, LINE_STYLES, LINE_DASHES, strict=True)]
+            + [(name, marker_swatch(color, symbol)) for name, _, symbol, color in MARKERS]
+        )  # fmt: skip
+        self.widget = W.VBox([self.fig, self.legend])
         self.refresh()
 
     def _draw(self, stats: Mapping[str, int], snapshot: dict | None) -> None:

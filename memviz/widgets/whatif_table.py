@@ -21,7 +21,8 @@ import plotly.graph_objects as go
 from memviz.devices import simulated_device
 from memviz.snapshots import FidelityReport, ReplayResult, SnapshotHistory, WhatIfReport, check_fidelity, what_if
 from memviz.units import format_bytes, parse_size
-from memviz.widgets._common import MiB, close_tree, escape
+from memviz.widgets._common import TEMPLATE, MiB, close_tree, escape
+from memviz.widgets.figure import Figure
 from memviz.widgets.snapshot_viewer import history_of
 
 __all__ = ["WhatIfRow", "WhatIfTable", "fidelity_line", "what_if_widget"]
@@ -286,7 +287,7 @@ class WhatIfTable:
             f"{p:.0f} MiB" + (f", {r.result.num_ooms} OOMs" if r.result.num_ooms else "")
             for p, r in zip(peaks, self.rows, strict=True)
         ]
-        fig = go.FigureWidget(
+        fig = Figure(
             [
                 go.Bar(
                     x=peaks,
@@ -305,7 +306,7 @@ class WhatIfTable:
                 "title": {"text": "peak reserved per replay (red: would run out of memory)", "font": {"size": 12}},
                 "xaxis": {"title": {"text": "MiB"}, "rangemode": "tozero"},
                 "yaxis": {"autorange": "reversed"},
-                "template": "plotly_white",
+                "template": TEMPLATE,
                 "showlegend": False,
             },
         )
