@@ -224,3 +224,14 @@ def test_cap_can_change_on_a_live_lab():
     assert not lab.allocate("1.5 GiB").ok
     lab.backend.set_cap(None)
     assert lab.backend.cap_bytes is None and lab.allocate("1.5 GiB").ok
+
+
+def test_segments_are_the_snapshots_without_building_or_growing_the_trace(lab):
+    lab.allocate("3 MiB", name="a")
+    lab.allocate("700 KiB", name="b")
+    lab.free("a")
+    before = len(lab.snapshot()["device_traces"][0])  # snapshot() adds a "snapshot" entry, as torch does
+    segments = lab.segments()
+    snap = lab.snapshot()
+    assert len(snap["device_traces"][0]) == before + 1  # only this snapshot's own entry: segments() added none
+    assert segments == snap["segments"] and len(segments) == 2

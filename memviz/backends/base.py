@@ -66,6 +66,11 @@ class Backend(ABC):
     def snapshot(self) -> dict:
         """``torch.cuda.memory._snapshot()``: at least ``segments``, each with its ``blocks``."""
 
+    def segments(self) -> list[dict]:
+        """``snapshot()["segments"]``: every segment with its blocks, in address order. Backends that can read
+        them without building the rest of the snapshot (the simulator's trace) override this."""
+        return self.snapshot()["segments"]
+
     @abstractmethod
     def reset_peak_memory_stats(self) -> None:
         """Set every ``*.peak`` stat to its current value."""

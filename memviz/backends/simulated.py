@@ -77,6 +77,9 @@ class SimulatedBackend(Backend):
     def snapshot(self) -> dict:
         return self.allocator.snapshot()
 
+    def segments(self) -> list[dict]:
+        return self.allocator.segments()
+
     def reset_peak_memory_stats(self) -> None:
         self.allocator.reset_peak_memory_stats()
 

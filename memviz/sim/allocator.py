@@ -972,6 +972,16 @@ class CachingAllocator:
         self._record("snapshot", 0, self.memory_allocated())
         return build_snapshot(self)
 
+    def segments(self) -> list[dict[str, Any]]:
+        """Return ``snapshot()["segments"]`` alone: no trace entries are built and none is recorded.
+
+        What a live view reads on every redraw: ``snapshot()`` turns the whole trace into dicts, which grows
+        with every event since the start.
+        """
+        from .snapshot import build_segments
+
+        return build_segments(self)
+
     def memory_summary(self, abbreviated: bool = False) -> str:
         """Return the ``torch.cuda.memory_summary()`` table for this allocator's stats."""
         from .summary import memory_summary

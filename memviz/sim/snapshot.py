@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from .allocator import CachingAllocator
     from .blocks import Block
 
-__all__ = ["build_snapshot", "check_invariants", "format_segment_table"]
+__all__ = ["build_segments", "build_snapshot", "check_invariants", "format_segment_table"]
 
 _ROUNDUP_LABELS = [str(1 << k) for k in range(16)]  # interval starts in MiB: "1" .. "32768"
 
@@ -42,8 +42,8 @@ def _block_state(b: Block) -> str:
     return "active_allocated" if b.allocated else "inactive"
 
 
-def build_snapshot(allocator: CachingAllocator) -> dict[str, Any]:
-    """Build the ``_snapshot()`` dict: segments, device_traces, allocator_settings, external_annotations."""
+def build_segments(allocator: CachingAllocator) -> list[dict[str, Any]]:
+    """Build ``_snapshot()["segments"]``: the segments in address order, each with its blocks."""
     segments = []
     for seg, blocks in _segment_runs(allocator):
         bl = []
@@ -68,6 +68,12 @@ def build_snapshot(allocator: CachingAllocator) -> dict[str, Any]:
             "frames": [],
             "blocks": bl,
         })
+    return segments
+
+
+def build_snapshot(allocator: CachingAllocator) -> dict[str, Any]:
+    """Build the ``_snapshot()`` dict: segments, device_traces, allocator_settings, external_annotations."""
+    segments = build_segments(allocator)
     traces = []
     flat = allocator._trace  # action, addr, size of each entry in turn
     times = allocator._trace_times

@@ -151,12 +151,13 @@ class Piece:
         self._seen_events = -1
 
     def refresh(self, stats: Mapping[str, int] | None = None, snapshot: dict | None = None) -> None:
-        """Redraw. ``stats``: ``lab.stats()`` (read here when None); ``snapshot``: ``lab.snapshot()`` (read
-        here when None and the piece draws segments)."""
+        """Redraw. ``stats``: ``lab.stats()`` (read here when None); ``snapshot``: a snapshot dict, of which
+        only ``segments`` is read (``{"segments": lab.segments()}`` is read here when None and the piece draws
+        segments)."""
         if stats is None:
             stats = self.lab.stats()
         if snapshot is None and self.needs_snapshot:
-            snapshot = self.lab.snapshot()
+            snapshot = {"segments": self.lab.segments()}
         self._seen_events = len(self.lab.events)
         self._draw(stats, snapshot)
 

@@ -1,7 +1,7 @@
 """The dashboard: gauges, timeline, segment map, controls, event log and OOM banner on one lab, live.
 
 It refreshes after every click and after every notebook cell (IPython's ``post_run_cell``; see
-:mod:`memviz.widgets.live`). One refresh reads ``memory_stats()`` at most once and ``snapshot()`` once,
+:mod:`memviz.widgets.live`). One refresh reads ``memory_stats()`` at most once and the segments once,
 and hands both to every piece: on a GPU each read costs (``memory_stats()`` about 170 µs). After an
 action the lab's event already carries the stats of now, so a click costs no extra stats read at all.
 """
@@ -77,7 +77,7 @@ class Dashboard:
         if stats is None:
             stats = lab.stats()
         if snapshot is None and self.segment_map is not None:
-            snapshot = lab.snapshot()
+            snapshot = {"segments": lab.segments()}  # the segments alone: no trace built
         self._seen_events = len(lab.events)
         for piece in self.pieces:
             piece.refresh(stats, snapshot)

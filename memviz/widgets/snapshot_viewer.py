@@ -122,13 +122,16 @@ class _StateSource:
     events: Sequence[Any] = ()
 
     def __init__(self) -> None:
-        self.segments: list[dict[str, Any]] = []
+        self.shown: list[dict[str, Any]] = []
 
     def stats(self) -> dict[str, int]:
         return {}
 
+    def segments(self) -> list[dict[str, Any]]:
+        return self.shown
+
     def snapshot(self) -> dict[str, Any]:
-        return {"segments": self.segments}
+        return {"segments": self.shown}
 
 
 class StateMap(SegmentMap):
@@ -150,7 +153,7 @@ class StateMap(SegmentMap):
         if names != self._names:
             self._names = names
             self._drawn_key = None
-        self.lab.segments = segments
+        self.lab.shown = segments
         self.refresh({}, {"segments": segments})
 
 
