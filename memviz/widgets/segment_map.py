@@ -10,12 +10,15 @@ Three states, the three things a learner must tell apart:
   :func:`memviz.fragmentation.fragmentation`, so the green bars add up to its ``releasable_bytes``).
 
 Drawn as one trace per state, never one shape per block: each block is a thick horizontal line from its
-offset to its end (x in MiB) on its segment's row, a state's blocks are one WebGL line trace
-(``go.Scattergl``, ``None`` between blocks), plus one trace of thin white edges between blocks. In headless
-Chromium, 10,000 blocks as SVG bars (``go.Bar``, a DOM node per block) took about 1.5 s to draw, and SVG
-lines with gaps also make one path per block; WebGL draws each trace in one call. The hover (at a block's
-ends) shows the tensor's name and the exact size, requested size and address. The whole update is one
-``Plotly.update`` message.
+offset to its end (x in MiB) on its segment's row, a state's blocks are one line trace (NaN between
+blocks), plus one trace of thin white edges between blocks. Up to ``SVG_MAX_BLOCKS`` blocks the traces are
+SVG (``go.Scatter``), above it WebGL (``go.Scattergl``). SVG lines with gaps make one path per block: in
+headless Chromium 10,000 blocks took about 1.9 s to draw (as ``go.Bar``, 1.5 s), WebGL ~0.45 s. But a
+WebGL canvas makes every redraw slower to reach the screen (click to painted, dashboard, median: SVG 140 vs
+WebGL 160 ms with 3 blocks, 156 vs 203 with 100, 172 vs 225 with 300, 285 vs 328 with 1,000), and a page
+gets only ~16 WebGL contexts. The hover (at a block's ends) shows the tensor's name and the exact size,
+requested size and address. An update is one ``Plotly.update`` message (plus a swap of the four traces
+when the map crosses ``SVG_MAX_BLOCKS``).
 
 Runtime complexity: O(blocks) per refresh.
 """
@@ -47,6 +50,7 @@ CATEGORIES = (  # (key, legend name, colour)
 )
 LIVE_STATES = ("active_allocated", "active_pending_free")
 MAX_TICK_LABELS = 40  # above this many segments the y axis shows plain row numbers
+SVG_MAX_BLOCKS = 500  # up to this many blocks the map is SVG, above it WebGL (see the module docstring)
 
 
 def _whole_pages(offset: int, size: int, page: int) -> tuple[int, int]:
@@ -121,14 +125,9 @@ class SegmentMap(Piece):
     def __init__(self, lab: Lab, *, row_px: int = 22, max_height: int = 700) -> None:
         super().__init__(lab)
         self.row_px, self.max_height = row_px, max_height
-        traces = [
-            go.Scattergl(name=label, mode="lines", line={"color": color, "width": 16}, hoverinfo="text",
-                       hoverlabel={"bgcolor": color}, connectgaps=False)
-            for _, label, color in CATEGORIES
-        ] + [go.Scattergl(name="block edges", mode="lines", line={"color": "white", "width": 1}, hoverinfo="skip",
-                        showlegend=False)]  # fmt: skip
+        self.svg_max_blocks = SVG_MAX_BLOCKS
         self.fig = Figure(
-            traces,
+            _traces(go.Scatter),
             layout={
                 "height": 200, "margin": {"l": 150, "r": 10, "t": 30, "b": 40},
                 "title": {"text": "segments and blocks", "font": {"size": 13}},
@@ -146,6 +145,11 @@ class SegmentMap(Piece):
         self.bars: dict[str, dict[str, list]] = {}
         self._drawn_key: object = None
         self.refresh()
+
+    @property
+    def webgl(self) -> bool:
+        """Whether the map is drawn with WebGL traces now (more than ``svg_max_blocks`` blocks)."""
+        return isinstance(self.fig.data[0], go.Scattergl)
 
     def tensor_names(self) -> dict[int, str]:
         """Block address -> name, for the lab's tensors (``data_ptr()`` is the block's address)."""
@@ -168,6 +172,10 @@ class SegmentMap(Piece):
         self._drawn_key = key
         bars = segment_bars(segments, self.tensor_names())
         self.bars = bars
+        webgl = sum(len(b["size"]) for b in bars.values()) > self.svg_max_blocks
+        if webgl != self.webgl:
+            self.fig.data = ()
+            self.fig.add_traces(_traces(go.Scattergl if webgl else go.Scatter))
         ordered = sorted(segments, key=lambda s: s["address"])
         n = len(ordered)
         layout_y: dict = {"autorange": False, "title": {"text": ""}, "zeroline": False, "showgrid": False,
@@ -225,6 +233,16 @@ class SegmentMap(Piece):
         trace = self.fig.data[[c for c, _, _ in CATEGORIES].index(category)]
         xs = () if trace.x is None else trace.x
         return round(sum((xs[i + 1] - xs[i]) * MiB for i in range(0, len(xs), 3)))
+
+
+def _traces(kind: type) -> list:
+    """The map's four traces, as ``go.Scatter`` (SVG) or ``go.Scattergl`` (WebGL): one per category, then
+    the block edges."""
+    return [
+        kind(name=label, mode="lines", line={"color": color, "width": 16}, hoverinfo="text",
+             hoverlabel={"bgcolor": color}, connectgaps=False)
+        for _, label, color in CATEGORIES
+    ] + [kind(name="block edges", mode="lines", line={"color": "white", "width": 1}, hoverinfo="skip")]  # fmt: skip
 
 
 def _floats(values: list) -> np.ndarray:
