@@ -78,7 +78,7 @@ def test_every_control_by_click(dash):
     click(dash, "Allocate", size="(100, 100)", dtype="float32", count=50, name="small")
     assert len(dash.lab.groups["small"]) == 50
     assert_matches_lab(dash)
-    texts = [text for trace in dash.segment_map.fig.data[:3] if trace.hovertext is not None for text in trace.hovertext]
+    texts = [text for trace in dash.segment_map.traces[:3] if trace.hovertext is not None for text in trace.hovertext]
     names = {text.split("</b>")[0][3:] for text in texts if text}
     assert {"big", "small[0]", "small[49]", "free"} <= names
     click(dash, "Allocate", size="(2048, 1024)", dtype="bfloat16", count=1, name="")  # auto name t0
@@ -233,12 +233,12 @@ def test_segment_map_10k_blocks_is_a_few_webgl_traces():
     lab.allocate("100 KiB", count=10_000, name="x")
     lab.free(*[f"x[{i}]" for i in range(0, 10_000, 3)])
     m = SegmentMap(lab)
-    snap, stats = lab.snapshot(), lab.stats()
-    n_blocks = sum(len(s["blocks"]) for s in snap["segments"])
+    segments, stats = lab.segments(), lab.stats()
+    n_blocks = sum(len(s["blocks"]) for s in segments)
     assert n_blocks >= 10_000 and m.webgl
-    assert len(m.fig.data) == 4 and not m.fig.layout.shapes  # three states + edges: a few traces, no shapes
-    assert sum(len(t.x) for t in m.fig.data[:3]) == 3 * n_blocks
-    assert sum(m.bars["live"]["size"]) == stats[ALLOC]
+    assert [t.type for t in m.traces] == ["scattergl"] * 4 and not m.fig.layout.shapes  # a few traces, no shapes
+    assert sum(len(t.x) for t in m.traces[:3]) == 3 * n_blocks
+    assert sum(m.bars["live"]["size"]) == stats[ALLOC] == m.drawn_bytes("live")
     m.close()
 
 
@@ -247,15 +247,18 @@ def test_segment_map_is_svg_up_to_svg_max_blocks_then_webgl_and_back():
     m = SegmentMap(lab)
     lab.allocate("1 MiB", name="a")
     m.refresh()
-    assert not m.webgl and all(t.type == "scatter" for t in m.fig.data)
+    assert not m.webgl and len(m.fig.data) == 4 and [t.type for t in m.traces] == ["scatter"] * 4
     lab.allocate("100 KiB", count=m.svg_max_blocks, name="many")  # now more blocks than svg_max_blocks
     m.refresh()
-    assert m.webgl and all(t.type == "scattergl" for t in m.fig.data)
-    assert [t.name for t in m.fig.data] == [label for _, label, _ in CATEGORIES] + ["block edges"]
+    svg, gl = m.fig.data[:4], m.fig.data[4:]
+    assert m.webgl and m.traces == gl and [t.type for t in gl] == ["scattergl"] * 4
+    assert [t.name for t in gl] == [t.name for t in svg] == [label for _, label, _ in CATEGORIES] + ["block edges"]
+    assert all(t.visible for t in gl) and not any(t.visible for t in svg) and all(len(t.x) == 0 for t in svg)
     assert m.drawn_bytes("live") == lab.stats()[ALLOC]
     lab.free("many")
     m.refresh()
-    assert not m.webgl and m.drawn_bytes("live") == 1 << 20 and len(m.fig.data) == 4
+    assert not m.webgl and m.traces == svg and all(t.visible for t in svg) and not any(t.visible for t in gl)
+    assert m.drawn_bytes("live") == 1 << 20 and all(len(t.x) == 0 for t in gl)
     m.close()
 
 
@@ -282,7 +285,7 @@ def test_legends_name_every_trace_once():
     lab = sim_lab()
     t, m = Timeline(lab), SegmentMap(lab)
     assert not t.fig.layout.showlegend and not m.fig.layout.showlegend  # HTML legends instead (drawn once)
-    for piece, traces in ((t, t.fig.data), (m, m.fig.data[:3])):
+    for piece, traces in ((t, t.fig.data), (m, m.traces[:3])):
         assert piece.widget.children == (piece.fig, piece.legend)
         for trace in traces:
             assert piece.legend.value.count(f"> {trace.name}</span>") == 1, trace.name

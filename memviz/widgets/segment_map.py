@@ -17,8 +17,9 @@ headless Chromium 10,000 blocks took about 1.9 s to draw (as ``go.Bar``, 1.5 s),
 WebGL canvas makes every redraw slower to reach the screen (click to painted, dashboard, median: SVG 140 vs
 WebGL 160 ms with 3 blocks, 156 vs 203 with 100, 172 vs 225 with 300, 285 vs 328 with 1,000), and a page
 gets only ~16 WebGL contexts. The hover (at a block's ends) shows the tensor's name and the exact size,
-requested size and address. An update is one ``Plotly.update`` message (plus a swap of the four traces
-when the map crosses ``SVG_MAX_BLOCKS``).
+requested size and address. An update is one ``Plotly.update`` message. The WebGL traces are added the
+first time the map grows past ``SVG_MAX_BLOCKS`` (creating the WebGL context costs ~0.25 s once); from then
+on the figure holds both sets and shows one.
 
 Runtime complexity: O(blocks) per refresh.
 """
@@ -50,6 +51,7 @@ CATEGORIES = (  # (key, legend name, colour)
 )
 LIVE_STATES = ("active_allocated", "active_pending_free")
 MAX_TICK_LABELS = 40  # above this many segments the y axis shows plain row numbers
+TRACE_NAMES = (*(label for _, label, _ in CATEGORIES), "block edges")
 SVG_MAX_BLOCKS = 500  # up to this many blocks the map is SVG, above it WebGL (see the module docstring)
 
 
@@ -114,9 +116,10 @@ def segment_bars(segments: list[Mapping], names: Mapping[int, str] | None = None
 class SegmentMap(Piece):
     """Every segment of the cache, its blocks coloured by state (see the module docstring).
 
-    ``widget`` shows ``fig`` above ``legend`` (static HTML). ``fig.data[i]`` draws ``CATEGORIES[i]``: for each
-    block the points ``(start, row), (end, row), None`` (x in MiB, exact), and the hover text of the block at
-    both ends; ``fig.data[3]`` the block edges. ``bars`` holds the exact ints as drawn last (see
+    ``widget`` shows ``fig`` above ``legend`` (static HTML). ``traces`` are the four traces drawn now
+    (``fig.data[0:4]`` in SVG, ``fig.data[4:8]`` in WebGL): ``traces[i]`` draws ``CATEGORIES[i]``, for each
+    block the points ``(start, row), (end, row), NaN`` (x in MiB, exact) and the hover text of the block at
+    both ends; ``traces[3]`` the block edges. ``bars`` holds the exact ints as drawn last (see
     :func:`segment_bars`).
     """
 
@@ -144,12 +147,18 @@ class SegmentMap(Piece):
         self.widget = W.VBox([self.fig, self.legend])
         self.bars: dict[str, dict[str, list]] = {}
         self._drawn_key: object = None
+        self._shown = 0  # index of the first trace drawn now: 0 (SVG) or 4 (WebGL)
         self.refresh()
 
     @property
     def webgl(self) -> bool:
-        """Whether the map is drawn with WebGL traces now (more than ``svg_max_blocks`` blocks)."""
-        return isinstance(self.fig.data[0], go.Scattergl)
+        """Whether the map is drawn with its WebGL traces now (more than ``svg_max_blocks`` blocks)."""
+        return self._shown == len(TRACE_NAMES)
+
+    @property
+    def traces(self) -> tuple:
+        """The four traces drawn now: one per category in ``CATEGORIES`` order, then the block edges."""
+        return self.fig.data[self._shown : self._shown + len(TRACE_NAMES)]
 
     def tensor_names(self) -> dict[int, str]:
         """Block address -> name, for the lab's tensors (``data_ptr()`` is the block's address)."""
@@ -173,9 +182,9 @@ class SegmentMap(Piece):
         bars = segment_bars(segments, self.tensor_names())
         self.bars = bars
         webgl = sum(len(b["size"]) for b in bars.values()) > self.svg_max_blocks
-        if webgl != self.webgl:
-            self.fig.data = ()
-            self.fig.add_traces(_traces(go.Scattergl if webgl else go.Scatter))
+        if webgl and len(self.fig.data) == len(TRACE_NAMES):  # the first large map: add the WebGL set, hidden
+            self.fig.add_traces(_traces(go.Scattergl, visible=False))
+        shown = len(TRACE_NAMES) if webgl else 0
         ordered = sorted(segments, key=lambda s: s["address"])
         n = len(ordered)
         layout_y: dict = {"autorange": False, "title": {"text": ""}, "zeroline": False, "showgrid": False,
@@ -215,6 +224,13 @@ class SegmentMap(Piece):
                 restyle[k].append(v)
         for k, v in (("x", _floats(edges_x)), ("y", _floats(edges_y)), ("hovertext", None), ("line.width", 1)):
             restyle[k].append(v)
+        indexes = list(range(shown, shown + len(TRACE_NAMES)))
+        if shown != self._shown:  # switch sets in the same update: show the new one, empty and hide the old
+            restyle["visible"] = [True] * len(TRACE_NAMES) + [False] * len(TRACE_NAMES)
+            for k, v in (("x", _floats([])), ("y", _floats([])), ("hovertext", None), ("line.width", None)):
+                restyle[k] += [v] * len(TRACE_NAMES)
+            indexes += range(self._shown, self._shown + len(TRACE_NAMES))
+            self._shown = shown
         title = (
             f"{n} segments, {sum(len(s['blocks']) for s in segments):,} blocks"
             if n
@@ -225,24 +241,24 @@ class SegmentMap(Piece):
         relayout: dict = {"yaxis": layout_y, "title.text": title}
         if height != self.fig.layout.height:  # a new height re-lays the whole figure out: only when it changes
             relayout["height"] = height
-        self.fig.plotly_update(restyle_data=restyle, relayout_data=relayout,
-                               trace_indexes=list(range(len(CATEGORIES) + 1)))  # fmt: skip
+        self.fig.plotly_update(restyle_data=restyle, relayout_data=relayout, trace_indexes=indexes)
 
     def drawn_bytes(self, category: str) -> int:
         """Bytes the figure draws for ``category`` (sum of its lines' lengths, back in bytes)."""
-        trace = self.fig.data[[c for c, _, _ in CATEGORIES].index(category)]
+        trace = self.traces[[c for c, _, _ in CATEGORIES].index(category)]
         xs = () if trace.x is None else trace.x
         return round(sum((xs[i + 1] - xs[i]) * MiB for i in range(0, len(xs), 3)))
 
 
-def _traces(kind: type) -> list:
+def _traces(kind: type, visible: bool = True) -> list:
     """The map's four traces, as ``go.Scatter`` (SVG) or ``go.Scattergl`` (WebGL): one per category, then
     the block edges."""
     return [
         kind(name=label, mode="lines", line={"color": color, "width": 16}, hoverinfo="text",
-             hoverlabel={"bgcolor": color}, connectgaps=False)
+             hoverlabel={"bgcolor": color}, connectgaps=False, visible=visible)
         for _, label, color in CATEGORIES
-    ] + [kind(name="block edges", mode="lines", line={"color": "white", "width": 1}, hoverinfo="skip")]  # fmt: skip
+    ] + [kind(name="block edges", mode="lines", line={"color": "white", "width": 1}, hoverinfo="skip",
+              visible=visible)]  # fmt: skip
 
 
 def _floats(values: list) -> np.ndarray:
