@@ -62,6 +62,8 @@ def assert_shows(v: SnapshotViewer, i: int) -> None:
     assert v.map.bars == {k: {**b, "name": v.map.bars[k]["name"]} for k, b in want.items()}
     n_segments, n_blocks = len(v.history.state_at(i)), sum(len(s["blocks"]) for s in v.history.state_at(i))
     assert v.map.fig.layout.title.text == f"{n_segments} segments, {n_blocks:,} blocks"
+    assert v.map.widget.children == (v.map.fig, v.map.legend) and v.map.widget in v.widget.children[4].children
+    assert v.map.drawn_bytes("live") == sum(want["live"]["size"])
     shape = v.timeline_fig.layout.shapes[0]
     assert shape.x0 == shape.x1 == i
     assert v.text.startswith(event_text(v.history, i))

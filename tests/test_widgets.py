@@ -100,8 +100,10 @@ def test_every_control_by_click(dash):
     assert_matches_lab(dash)
     actions = [e.action for e in dash.lab.events]
     assert actions == ["allocate"] * 3 + ["free", "gc", "empty_cache", "reset_stats", "free"]
-    markers = {t.name: list(t.x) for t in dash.timeline.fig.data[3:]}
-    assert markers == {"gc.collect()": [5], "empty_cache()": [6], "OOM": []}
+    assert dash.timeline.marks == {"gc.collect()": [5], "empty_cache()": [6], "OOM": []}
+    markers = dash.timeline.fig.data[3]
+    assert list(markers.x) == [5, 6] and list(markers.marker.symbol) == ["triangle-down", "diamond"]
+    assert [y * MiB for y in markers.y] == [e.reserved_bytes for e in dash.lab.events[4:6]]
 
 
 @pytest.mark.parametrize(
@@ -137,7 +139,8 @@ def test_oom_banner_and_marker(dash):
     assert dash.oom.widget.layout.display != "none"
     assert "CUDA out of memory" in dash.oom.text and str(dash.lab.explain_oom(event)) in dash.oom.text
     assert "Tried to allocate" in dash.oom.widget.value
-    assert list(dash.timeline.fig.data[5].x) == [event.index + 1]
+    assert dash.timeline.marks["OOM"] == [event.index + 1] == list(dash.timeline.fig.data[3].x)
+    assert dash.timeline.fig.data[3].hovertext[0].startswith("OOM: ")
     assert "OOM! " in dash.log.lines[0] and "memviz-event-oom" in dash.log.widget.value
     assert_matches_lab(dash)
     click(dash, "Free", free_pick="fill")
@@ -285,10 +288,14 @@ def test_legends_name_every_trace_once():
     lab = sim_lab()
     t, m = Timeline(lab), SegmentMap(lab)
     assert not t.fig.layout.showlegend and not m.fig.layout.showlegend  # HTML legends instead (drawn once)
-    for piece, traces in ((t, t.fig.data), (m, m.traces[:3])):
+    from memviz.widgets.timeline import MARKERS
+
+    names = {t: [trace.name for trace in t.fig.data[:3]] + [kind for kind, _, _, _ in MARKERS],
+             m: [trace.name for trace in m.traces[:3]]}  # fmt: skip
+    for piece, labels in names.items():
         assert piece.widget.children == (piece.fig, piece.legend)
-        for trace in traces:
-            assert piece.legend.value.count(f"> {trace.name}</span>") == 1, trace.name
+        for label in labels:
+            assert piece.legend.value.count(f"> {label}</span>") == 1, label
     t.close()
     m.close()
 

@@ -259,7 +259,7 @@ class SnapshotViewer:
         header = W.HTML(f"<b>{escape(self._title())}</b>")
         controls = W.HBox([self.play, self.prev_button, self.slider, self.next_button, self.oom_button])
         self.widget = W.VBox(
-            [header, controls, self.readout, self.status, W.HBox([self.timeline_fig, self.map.fig]), self.out]
+            [header, controls, self.readout, self.status, W.HBox([self.timeline_fig, self.map.widget]), self.out]
         )
         self.widget.add_class("memviz-snapshot-viewer")
         self.slider.value = index % n

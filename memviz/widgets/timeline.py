@@ -26,7 +26,7 @@ KEYS = (
     ("active", "active_bytes.all.current", "#2ca02c"),
 )
 LINE_STYLES, LINE_DASHES = (3, 2, 1.5), ("solid", "solid", "dot")  # widths in px, per KEYS entry
-MARKERS = (  # (trace name, event test, marker symbol, colour)
+MARKERS = (  # (kind, event test, marker symbol, colour): all drawn by one trace
     ("gc.collect()", lambda e: e.action == "gc", "triangle-down", "#9467bd"),
     ("empty_cache()", lambda e: e.action == "empty_cache", "diamond", "#8c564b"),
     ("OOM", lambda e: e.oom is not None, "x", "#d62728"),
@@ -38,7 +38,8 @@ class Timeline(Piece):
 
     ``widget`` shows ``fig`` above ``legend`` (static HTML). ``fig`` is the ``plotly.graph_objects.FigureWidget``:
     ``fig.data[0]`` allocated, ``[1]`` reserved, ``[2]`` active (y in MiB, x the event number; point 0 is the
-    lab's start), then one marker trace per kind of marker (y at reserved after the event).
+    lab's start), ``[3]`` the markers of every kind (y at reserved after the event; one trace, not one per
+    kind: each trace costs every redraw). ``marks`` maps each kind in ``MARKERS`` to its events' x, as drawn.
     """
 
     def __init__(self, lab: Lab, *, height: int = 260) -> None:
@@ -47,11 +48,8 @@ class Timeline(Piece):
             go.Scatter(name=name, mode="lines", line={"shape": "hv", "color": color, "width": width, "dash": dash},
                        hovertemplate=f"{name} %{{y:.2f}} MiB<extra></extra>")
             for (name, _, color), width, dash in zip(KEYS, LINE_STYLES, LINE_DASHES, strict=True)
-        ] + [
-            go.Scatter(name=name, mode="markers", marker={"symbol": symbol, "color": color, "size": 10},
-                       hovertemplate="%{hovertext}<extra>" + name + "</extra>")
-            for name, _, symbol, color in MARKERS
-        ]  # fmt: skip
+        ] + [go.Scatter(name="markers", mode="markers", marker={"size": 10},
+                        hovertemplate="%{hovertext}<extra></extra>")]  # fmt: skip
         self.fig = Figure(
             traces,
             layout={
@@ -72,6 +70,7 @@ class Timeline(Piece):
             + [(name, marker_swatch(color, symbol)) for name, _, symbol, color in MARKERS]
         )  # fmt: skip
         self.widget = W.VBox([self.fig, self.legend])
+        self.marks: dict[str, list[int]] = {}
         self.refresh()
 
     def _draw(self, stats: Mapping[str, int], snapshot: dict | None) -> None:
@@ -82,14 +81,23 @@ class Timeline(Piece):
         series = [[mib(start.get(key, 0))] + [mib(e.stats_after.get(key, 0)) for e in events] for _, key, _ in KEYS]
         if not events:  # nothing recorded yet: point 0 is "now"
             texts = ["now"]
-        marks: list[tuple[list, list, list]] = []
-        for _, test, _, _ in MARKERS:
-            hits = [e for e in events if test(e)]
-            marks.append(([e.index + 1 for e in hits], [mib(e.reserved_bytes) for e in hits], [str(e) for e in hits]))
+        marks: dict[str, list[int]] = {kind: [] for kind, _, _, _ in MARKERS}
+        mx, my, symbols, colors, mtexts = [], [], [], [], []
+        for e in events:
+            for kind, test, symbol, color in MARKERS:
+                if test(e):
+                    marks[kind].append(e.index + 1)
+                    mx.append(e.index + 1)
+                    my.append(mib(e.reserved_bytes))
+                    symbols.append(symbol)
+                    colors.append(color)
+                    mtexts.append(f"{kind}: {e}")
+        self.marks = marks
         data = self.fig.data
         with self.fig.batch_update():
             for trace, ys in zip(data[: len(KEYS)], series, strict=True):
                 trace.x, trace.y = xs, ys
             data[0].hovertext = texts  # the event's line once: "x unified" hover shows it above the values
-            for trace, (mx, my, mt) in zip(data[len(KEYS) :], marks, strict=True):
-                trace.x, trace.y, trace.hovertext = mx, my, mt
+            markers = data[len(KEYS)]
+            markers.x, markers.y, markers.hovertext = mx, my, mtexts
+            markers.marker.symbol, markers.marker.color = symbols, colors
