@@ -319,7 +319,7 @@ def test_figures_do_not_echo_plotlys_reports_back_to_the_browser():
     assert "echo_update" not in _sent_methods(Figure(), report)
     lab = sim_lab()
     for fig in (Timeline(lab).fig, SegmentMap(lab).fig):
-        assert isinstance(fig, Figure)
+        assert isinstance(fig, Figure) and fig._config["plotGlPixelRatio"] == 1  # what plotly.js reads
 
 
 @pytest.fixture
