@@ -250,7 +250,8 @@ def test_segment_map_is_svg_up_to_svg_max_blocks_then_webgl_and_back():
     m = SegmentMap(lab)
     lab.allocate("1 MiB", name="a")
     m.refresh()
-    assert not m.webgl and len(m.fig.data) == 4 and [t.type for t in m.traces] == ["scatter"] * 4
+    assert not m.webgl and len(m.fig.data) == 8 and [t.type for t in m.traces] == ["scatter"] * 4
+    assert not any(t.visible for t in m.fig.data[4:])  # the WebGL set, hidden
     lab.allocate("100 KiB", count=m.svg_max_blocks, name="many")  # now more blocks than svg_max_blocks
     m.refresh()
     svg, gl = m.fig.data[:4], m.fig.data[4:]

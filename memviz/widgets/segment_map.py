@@ -17,9 +17,9 @@ headless Chromium 10,000 blocks took about 1.9 s to draw (as ``go.Bar``, 1.5 s),
 WebGL canvas makes every redraw slower to reach the screen (click to painted, dashboard, median: SVG 140 vs
 WebGL 160 ms with 3 blocks, 156 vs 203 with 100, 172 vs 225 with 300, 285 vs 328 with 1,000), and a page
 gets only ~16 WebGL contexts. The hover (at a block's ends) shows the tensor's name and the exact size,
-requested size and address. An update is one ``Plotly.update`` message. The WebGL traces are added the
-first time the map grows past ``SVG_MAX_BLOCKS`` (creating the WebGL context costs ~0.25 s once); from then
-on the figure holds both sets and shows one.
+requested size and address. The figure holds both sets of traces and shows one (hidden WebGL traces cost
+a small map's redraw nothing measurable); crossing ``SVG_MAX_BLOCKS`` swaps them in the same update, so an
+update is always one ``Plotly.update`` message.
 
 Runtime complexity: O(blocks) per refresh.
 """
@@ -130,7 +130,7 @@ class SegmentMap(Piece):
         self.row_px, self.max_height = row_px, max_height
         self.svg_max_blocks = SVG_MAX_BLOCKS
         self.fig = Figure(
-            _traces(go.Scatter),
+            _traces(go.Scatter) + _traces(go.Scattergl, visible=False),
             layout={
                 "height": 200, "margin": {"l": 150, "r": 10, "t": 30, "b": 40},
                 "title": {"text": "segments and blocks", "font": {"size": 13}},
@@ -182,8 +182,6 @@ class SegmentMap(Piece):
         bars = segment_bars(segments, self.tensor_names())
         self.bars = bars
         webgl = sum(len(b["size"]) for b in bars.values()) > self.svg_max_blocks
-        if webgl and len(self.fig.data) == len(TRACE_NAMES):  # the first large map: add the WebGL set, hidden
-            self.fig.add_traces(_traces(go.Scattergl, visible=False))
         shown = len(TRACE_NAMES) if webgl else 0
         ordered = sorted(segments, key=lambda s: s["address"])
         n = len(ordered)
