@@ -121,7 +121,7 @@ class SegmentMap(Piece):
     (``fig.data[0:4]`` in SVG, ``fig.data[4:8]`` in WebGL): ``traces[i]`` draws ``CATEGORIES[i]``, for each
     block the points ``(start, row), (end, row), NaN`` (x in MiB, exact) and the hover text of the block at
     both ends; ``traces[3]`` the block edges. ``bars`` holds the exact ints as drawn last (see
-    :func:`segment_bars`).
+    :func:`segment_bars`). ``svg_max_blocks`` (default ``SVG_MAX_BLOCKS``) is where SVG gives way to WebGL.
     """
 
     needs_snapshot = True
