@@ -136,13 +136,13 @@ def escape(text: object) -> str:
 class Piece:
     """A dashboard piece: owns one widget (``.widget``) and shows one ``Lab``.
 
-    ``refresh(stats, snapshot)`` redraws from numbers the caller read once (the dashboard hands the same
-    ``stats`` and ``snapshot`` to every piece); called with nothing, the piece reads what it needs itself.
+    ``refresh(stats, segments)`` redraws from numbers the caller read once (the dashboard hands the same
+    ``stats`` and ``segments`` to every piece); called with nothing, the piece reads what it needs itself.
     A piece displays itself in a notebook (``_repr_mimebundle_``), so ``SegmentMap(lab)`` alone works in a
     lesson. ``watch()`` makes it refresh after every cell, like the dashboard.
     """
 
-    needs_snapshot = False
+    needs_segments = False
     widget: W.Widget
 
     def __init__(self, lab: Lab) -> None:
@@ -150,18 +150,17 @@ class Piece:
         self._hook = None
         self._seen_events = -1
 
-    def refresh(self, stats: Mapping[str, int] | None = None, snapshot: dict | None = None) -> None:
-        """Redraw. ``stats``: ``lab.stats()`` (read here when None); ``snapshot``: a snapshot dict, of which
-        only ``segments`` is read (``{"segments": lab.segments()}`` is read here when None and the piece draws
-        segments)."""
+    def refresh(self, stats: Mapping[str, int] | None = None, segments: list[dict] | None = None) -> None:
+        """Redraw. ``stats``: ``lab.stats()`` (read here when None); ``segments``: ``lab.segments()`` (read
+        here when None and the piece draws segments)."""
         if stats is None:
             stats = self.lab.stats()
-        if snapshot is None and self.needs_snapshot:
-            snapshot = {"segments": self.lab.segments()}
+        if segments is None and self.needs_segments:
+            segments = self.lab.segments()
         self._seen_events = len(self.lab.events)
-        self._draw(stats, snapshot)
+        self._draw(stats, segments)
 
-    def _draw(self, stats: Mapping[str, int], snapshot: dict | None) -> None:
+    def _draw(self, stats: Mapping[str, int], segments: list[dict] | None) -> None:
         raise NotImplementedError("The '_draw' method must be implemented.")
 
     def set_lab(self, lab: Lab) -> None:

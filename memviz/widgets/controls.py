@@ -279,7 +279,7 @@ class Controls(Piece):
         lab = self.lab
         return list(lab.groups) + [n for n, t in lab.tensors.items() if t.group is None]
 
-    def _draw(self, stats: Mapping[str, int], snapshot: dict | None) -> None:
+    def _draw(self, stats: Mapping[str, int], segments: list[dict] | None) -> None:
         options = self.pickable()
         if list(self.free_pick.options) != options:
             keep = self.free_pick.value

@@ -70,17 +70,17 @@ class Dashboard:
 
     # -- refreshing -----------------------------------------------------------------------------------
 
-    def refresh(self, stats: Mapping[str, int] | None = None, snapshot: dict | None = None) -> None:
-        """Redraw every piece from one ``stats`` and one ``snapshot`` (read now when not given)."""
+    def refresh(self, stats: Mapping[str, int] | None = None, segments: list[dict] | None = None) -> None:
+        """Redraw every piece from one ``stats`` and one ``segments`` list (read now when not given)."""
         t0 = time.perf_counter()
         lab = self.lab
         if stats is None:
             stats = lab.stats()
-        if snapshot is None and self.segment_map is not None:
-            snapshot = {"segments": lab.segments()}  # the segments alone: no trace built
+        if segments is None and self.segment_map is not None:
+            segments = lab.segments()
         self._seen_events = len(lab.events)
         for piece in self.pieces:
-            piece.refresh(stats, snapshot)
+            piece.refresh(stats, segments)
         self.last_refresh_s = time.perf_counter() - t0
 
     def _after_action(self, event: Event) -> None:

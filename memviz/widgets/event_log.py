@@ -28,7 +28,7 @@ class EventLog(Piece):
         self.lines: list[str] = []
         self.refresh()
 
-    def _draw(self, stats: Mapping[str, int], snapshot: dict | None) -> None:
+    def _draw(self, stats: Mapping[str, int], segments: list[dict] | None) -> None:
         events = self.lab.events[-self.limit :][::-1]
         self.lines = [str(e) for e in events]
         if not events:
@@ -80,7 +80,7 @@ class OOMBanner(Piece):
                 self._explained[event.index] = f"(no explanation: {type(error).__name__}: {error})"
         return self._explained[event.index]
 
-    def _draw(self, stats: Mapping[str, int], snapshot: dict | None) -> None:
+    def _draw(self, stats: Mapping[str, int], segments: list[dict] | None) -> None:
         event = self._last_action()
         if event is None or event.oom is None:
             if self.text:

@@ -115,7 +115,7 @@ class MemoryGauges(Piece):
         self.values: dict[str, int] = {}
         self.refresh()
 
-    def _draw(self, stats: Mapping[str, int], snapshot: dict | None) -> None:
+    def _draw(self, stats: Mapping[str, int], segments: list[dict] | None) -> None:
         backend = self.lab.backend
         allocated = stats.get("allocated_bytes.all.current", 0)
         reserved = stats.get("reserved_bytes.all.current", 0)

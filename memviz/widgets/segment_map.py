@@ -124,7 +124,7 @@ class SegmentMap(Piece):
     :func:`segment_bars`). ``svg_max_blocks`` (default ``SVG_MAX_BLOCKS``) is where SVG gives way to WebGL.
     """
 
-    needs_snapshot = True
+    needs_segments = True
 
     def __init__(self, lab: Lab, *, row_px: int = 22, max_height: int = 700) -> None:
         super().__init__(lab)
@@ -171,8 +171,8 @@ class SegmentMap(Piece):
                 continue
         return names
 
-    def _draw(self, stats: Mapping[str, int], snapshot: dict | None) -> None:
-        segments = (snapshot or {}).get("segments", [])
+    def _draw(self, stats: Mapping[str, int], segments: list[dict] | None) -> None:
+        segments = segments or []
         key = (
             tuple((b["address"], b["size"], b["state"]) for s in segments for b in s["blocks"]),
             tuple(self.lab.tensors),

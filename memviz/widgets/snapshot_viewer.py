@@ -130,9 +130,6 @@ class _StateSource:
     def segments(self) -> list[dict[str, Any]]:
         return self.shown
 
-    def snapshot(self) -> dict[str, Any]:
-        return {"segments": self.shown}
-
 
 class StateMap(SegmentMap):
     """The lab's segment map drawing any segments list (a rebuilt snapshot state) instead of a live lab.
@@ -154,7 +151,7 @@ class StateMap(SegmentMap):
             self._names = names
             self._drawn_key = None
         self.lab.shown = segments
-        self.refresh({}, {"segments": segments})
+        self.refresh({}, segments)
 
 
 def _block_names(segments: list[dict[str, Any]]) -> dict[int, str]:

@@ -20,12 +20,11 @@ if TYPE_CHECKING:
 
 __all__ = ["Timeline"]
 
-KEYS = (
-    ("allocated", "allocated_bytes.all.current", "#1f77b4"),
-    ("reserved", "reserved_bytes.all.current", "#ff7f0e"),
-    ("active", "active_bytes.all.current", "#2ca02c"),
+KEYS = (  # (name, stat key, colour, line width in px, dash)
+    ("allocated", "allocated_bytes.all.current", "#1f77b4", 3, "solid"),
+    ("reserved", "reserved_bytes.all.current", "#ff7f0e", 2, "solid"),
+    ("active", "active_bytes.all.current", "#2ca02c", 1.5, "dot"),
 )
-LINE_STYLES, LINE_DASHES = (3, 2, 1.5), ("solid", "solid", "dot")  # widths in px, per KEYS entry
 MARKERS = (  # (kind, event test, marker symbol, colour): all drawn by one trace
     ("gc.collect()", lambda e: e.action == "gc", "triangle-down", "#9467bd"),
     ("empty_cache()", lambda e: e.action == "empty_cache", "diamond", "#8c564b"),
@@ -47,7 +46,7 @@ class Timeline(Piece):
         traces = [
             go.Scatter(name=name, mode="lines", line={"shape": "hv", "color": color, "width": width, "dash": dash},
                        hovertemplate=f"{name} %{{y:.2f}} MiB<extra></extra>")
-            for (name, _, color), width, dash in zip(KEYS, LINE_STYLES, LINE_DASHES, strict=True)
+            for name, _, color, width, dash in KEYS
         ] + [go.Scatter(name="markers", mode="markers", marker={"size": 10},
                         hovertemplate="%{hovertext}<extra></extra>")]  # fmt: skip
         self.fig = Figure(
@@ -65,20 +64,21 @@ class Timeline(Piece):
         self.fig.data[0].hovertemplate = "%{hovertext}<br>allocated %{y:.2f} MiB<extra></extra>"
         self.fig.add_class("memviz-timeline")
         self.legend = legend(
-            [(name, line_swatch(color, width, dash))
-             for (name, _, color), width, dash in zip(KEYS, LINE_STYLES, LINE_DASHES, strict=True)]
+            [(name, line_swatch(color, width, dash)) for name, _, color, width, dash in KEYS]
             + [(name, marker_swatch(color, symbol)) for name, _, symbol, color in MARKERS]
         )  # fmt: skip
         self.widget = W.VBox([self.fig, self.legend])
         self.marks: dict[str, list[int]] = {}
         self.refresh()
 
-    def _draw(self, stats: Mapping[str, int], snapshot: dict | None) -> None:
+    def _draw(self, stats: Mapping[str, int], segments: list[dict] | None) -> None:
         events = self.lab.events
         start = events[0].stats_before if events else stats
         xs = list(range(len(events) + 1))
         texts = ["#0 lab start"] + [str(e) for e in events]
-        series = [[mib(start.get(key, 0))] + [mib(e.stats_after.get(key, 0)) for e in events] for _, key, _ in KEYS]
+        series = [
+            [mib(start.get(key, 0))] + [mib(e.stats_after.get(key, 0)) for e in events] for _, key, *_ in KEYS
+        ]
         if not events:  # nothing recorded yet: point 0 is "now"
             texts = ["now"]
         marks: dict[str, list[int]] = {kind: [] for kind, _, _, _ in MARKERS}
