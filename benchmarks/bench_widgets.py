@@ -1,6 +1,8 @@
-"""The dashboard's speed in a real JupyterLab + headless Chromium, and the segment map's with 10,000 blocks.
+"""The dashboard's speed in a real JupyterLab + headless Chromium, the segment map's with 10,000 blocks, and a
+click's kernel-side cost after 0, 2,000 and 10,000 events.
 
     .venv/bin/python benchmarks/bench_widgets.py [--clicks 20] [--gap 0.3] [--blocks 10000] [--json out.json]
+    .venv/bin/python benchmarks/bench_widgets.py --kernel-only [--events 0,2000,10000]
 
 1. **Click to rendered** (target <= 0.1 s): opens a notebook with the whole dashboard on a simulated T4
    capped at 2 GiB (gauges + timeline + segment map + controls + log), then alternates Allocate / Free.
@@ -15,7 +17,13 @@
    draws them); then a redraw of that map alone in the browser (``Plotly.react`` on the same data).
    The kernel's own refresh time (``dash.last_refresh_s``) is reported too.
 
-Prints every sample and the median and p90 in ms. Needs /usr/bin/chromium.
+3. **Kernel-side click cost against history** (target: flat in the number of events): in a real IPython
+   kernel (``jupyter_client``; the widgets' messages really are serialised and sent, no browser needed), a
+   dashboard whose lab has already logged N events (1 MiB allocate/free pairs, an ``empty_cache()`` every
+   25, a ``gc`` every 100, an OOM every 250), then ``button.click()`` timed in the kernel: ``empty_cache()``,
+   Allocate/Free of 4 MiB, and an Allocate that runs out of memory. ``--kernel-only`` runs this part alone.
+
+Prints every sample and the median and p90 in ms. Parts 1 and 2 need /usr/bin/chromium.
 """
 
 from __future__ import annotations
@@ -116,6 +124,82 @@ def click_and_time(lab: jlab.Lab, button: str, figs: list[str], min_bars: list[i
     return res
 
 
+KERNEL_SETUP = r"""
+import json, statistics, time
+import memviz.widgets as mw
+
+def _dashboard_after(n):
+    d = mw.dashboard(backend="sim", device="T4", cap="2 GiB", live=False)
+    lab = d.lab
+    lab.allocate("64 MiB", name="weights")
+    k = 0
+    while len(lab.events) < n:
+        k += 1
+        lab.allocate("1 MiB", name=f"a{k}")
+        lab.free(f"a{k}")
+        if k % 25 == 0:
+            lab.empty_cache()
+        if k % 100 == 0:
+            lab.gc()
+        if k % 250 == 0:
+            lab.allocate("3 GiB", name=f"big{k}")
+    d.refresh()
+    return d
+
+def _median_click_ms(d, labels, reps, size):
+    d.controls.size.value = size
+    times = []
+    for _ in range(reps):
+        for label in labels:
+            d.controls.name.value = ""
+            t = time.perf_counter()
+            d.controls.buttons[label].click()
+            times.append(time.perf_counter() - t)
+            assert not d.out.outputs, d.out.outputs
+    return round(1000 * statistics.median(times), 2)
+"""
+
+KERNEL_RUN = """
+d = _dashboard_after({n})
+res = {{"events": len(d.lab.events),
+        "empty_cache_ms": _median_click_ms(d, ["empty_cache()"], 15, "4 MiB"),
+        "allocate_free_ms": _median_click_ms(d, ["Allocate", "Free"], 10, "4 MiB"),
+        "oom_ms": _median_click_ms(d, ["Allocate"], 5, "3 GiB")}}
+d.close()
+print(json.dumps(res))
+"""
+
+
+def kernel_clicks(event_counts: list[int]) -> list[dict]:
+    """Part 3: median kernel-side click times (ms) on a dashboard after each number of events."""
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name="python3")
+    out: list[str] = []
+
+    def hook(msg: dict) -> None:
+        content = msg["content"]
+        if msg["msg_type"] == "stream" and content.get("name") == "stdout":
+            out.append(content["text"])
+        elif msg["msg_type"] == "error":
+            raise RuntimeError(f"{content['ename']}: {content['evalue']}")
+
+    results = []
+    try:
+        kc.execute_interactive(KERNEL_SETUP, output_hook=hook, timeout=120)
+        for n in event_counts:
+            out.clear()
+            kc.execute_interactive(KERNEL_RUN.format(n=n), output_hook=hook, timeout=600)
+            res = json.loads("".join(out).strip().splitlines()[-1])
+            print(f"after {res['events']:6,} events: empty_cache() {res['empty_cache_ms']:7.2f} ms, "
+                  f"Allocate/Free {res['allocate_free_ms']:7.2f} ms, OOM {res['oom_ms']:7.2f} ms (kernel medians)")
+            results.append(res)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    return results
+
+
 def summary(samples: list[float]) -> dict:
     ordered = sorted(samples)
     p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
@@ -128,10 +212,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--blocks", type=int, default=10_000, help="tensors for the segment-map run (default 10000)")
     ap.add_argument("--gap", type=float, default=0.3, help="seconds between clicks in the first series (default 0.3)")
     ap.add_argument("--map-reps", type=int, default=3, help="segment-map runs (default 3)")
+    ap.add_argument("--events", default="0,2000,10000", help="event counts for part 3 (default 0,2000,10000)")
+    ap.add_argument("--kernel-only", action="store_true", help="run part 3 (kernel-side click cost) alone")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
 
     t_start = time.perf_counter()
+    event_counts = [int(n) for n in args.events.split(",")]
+    if args.kernel_only:
+        results = {"kernel_clicks": kernel_clicks(event_counts), "wall_s": round(time.perf_counter() - t_start, 1)}
+        print(json.dumps(results, indent=1))
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=1))
+        return 0
     server = jlab.start_server(wait=False)
     pw, ctx = jlab.launch_browser()
     results: dict = {}
@@ -182,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         jlab.close_browser(pw, ctx)
         server.stop()
+    results["kernel_clicks"] = kernel_clicks(event_counts)
     results["wall_s"] = round(time.perf_counter() - t_start, 1)
     print(json.dumps(results, indent=1))
     if args.json:
