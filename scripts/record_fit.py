@@ -1,0 +1,344 @@
+"""Record the predictor's truth on a real GPU: memviz/predict/programs.py, a fresh process per run.
+
+    python3 scripts/record_fit.py --out DIR [--jobs 12] [--deadline-s 170]
+
+Runs, in parallel processes (each alone in its process, so each starts with an empty cache):
+
+- every entry of ``PLAN``: one program with its keyword arguments, an allocator config
+  (``PYTORCH_CUDA_ALLOC_CONF``, set before torch starts) and a cap (``set_per_process_memory_fraction``);
+- every entry of ``CHAINS``: the largest batch that fits under a cap, found by doubling/halving then
+  bisection, one fresh process per try (each try is also a capped fits/OOM data point);
+- a workspace probe (``--probe``): cuDNN convolution workspaces per geometry, forward / backward-data /
+  backward-weight, fp32 and bf16, and cuBLAS's workspaces per thread (main thread, autograd's thread).
+
+Each run writes ``DIR/runs/<id>.json.gz``::
+
+    {"id", "program", "kwargs", "alloc_conf", "cap_bytes", "total_bytes", "torch", "device_name",
+     "fits", "oom": null | {"message", "step_hint"},
+     "peaks": {"allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes"},
+     "stats": torch.cuda.memory_stats() at the end,
+     "frames": ["file:line:function", ...],
+     "events": [[action, addr, size, frame_index or -1, user_frame_index or -1], ...],
+     "seconds"}
+
+``events`` is ``torch.cuda.memory._snapshot()["device_traces"][0]`` (alloc, free_requested,
+free_completed, segment_alloc, segment_free, segment_map, segment_unmap, oom), with the innermost Python
+frame and the innermost frame in programs.py of each entry. Chains write ``DIR/chains.json``; the probe
+``DIR/probe.json.gz``. ``DIR/summary.json`` lists everything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+GiB = 1 << 30
+ROOT = Path(__file__).resolve().parent.parent
+
+#: (id, program, kwargs, alloc_conf, cap in GiB). Caps well above the need leave the run unconstrained;
+#: they only keep parallel processes from crowding one GPU.
+PLAN: list[tuple[str, str, dict, str, float]] = [
+    ("mlp-b256", "mlp_training", {"batch": 256}, "", 24),
+    ("mlp-b1024-amp", "mlp_training", {"batch": 1024, "amp": True}, "", 24),
+    ("resnet18-b64", "resnet_training", {"batch": 64, "depth": 18}, "", 24),
+    ("resnet18-b64-amp", "resnet_training", {"batch": 64, "depth": 18, "amp": True}, "", 24),
+    ("resnet18-b128", "resnet_training", {"batch": 128, "depth": 18}, "", 24),
+    ("resnet50-b32", "resnet_training", {"batch": 32, "depth": 50}, "", 24),
+    ("resnet50-b32-amp", "resnet_training", {"batch": 32, "depth": 50, "amp": True}, "", 24),
+    ("resnet50-b16-img160", "resnet_training", {"batch": 16, "depth": 50, "image": 160}, "", 24),
+    ("convnet-b128", "convnet_sgd_training", {"batch": 128}, "", 24),
+    ("convnet-b256-w32", "convnet_sgd_training", {"batch": 256, "width": 32}, "", 24),
+    ("gpt-b8-amp", "gpt_training", {"batch": 8}, "", 24),
+    ("gpt-b8-fp32", "gpt_training", {"batch": 8, "amp": False}, "", 24),
+    ("gpt-b8-amp-ckpt", "gpt_training", {"batch": 8, "checkpoint": True}, "", 24),
+    ("gpt-b16-amp", "gpt_training", {"batch": 16}, "", 24),
+    ("gpt-b4-seq1024-amp", "gpt_training", {"batch": 4, "seq": 1024}, "", 24),
+    ("gpt-b8-d1024-l8-amp", "gpt_training", {"batch": 8, "d_model": 1024, "n_layer": 8, "n_head": 16}, "", 24),
+    ("resnet50-inf-b64", "resnet_inference", {"batch": 64}, "", 24),
+    ("resnet18-inf-b256", "resnet_inference", {"batch": 256, "depth": 18}, "", 24),
+    ("gpt-inf-b16", "gpt_inference", {"batch": 16}, "", 24),
+    ("resnet18-b64-exp", "resnet_training", {"batch": 64, "depth": 18}, "expandable_segments:True", 24),
+    ("resnet50-b32-exp", "resnet_training", {"batch": 32, "depth": 50}, "expandable_segments:True", 24),
+    ("gpt-b8-amp-exp", "gpt_training", {"batch": 8}, "expandable_segments:True", 24),
+    ("gpt-b8-amp-ckpt-exp", "gpt_training", {"batch": 8, "checkpoint": True}, "expandable_segments:True", 24),
+    ("resnet50-b32-ms128", "resnet_training", {"batch": 32, "depth": 50}, "max_split_size_mb:128", 24),
+    ("gpt-b8-amp-gc", "gpt_training", {"batch": 8},
+     "garbage_collection_threshold:0.6,max_split_size_mb:128", 6),
+    ("gpt-b8-amp-rp4", "gpt_training", {"batch": 8}, "roundup_power2_divisions:4", 24),
+    ("resnet18-b64-rp4", "resnet_training", {"batch": 64, "depth": 18}, "roundup_power2_divisions:4", 24),
+    # capped single runs (a cap below the unconstrained peak reserved: the allocator frees and retries)
+    ("resnet18-b64-cap2", "resnet_training", {"batch": 64, "depth": 18}, "", 2),
+    ("gpt-b8-amp-cap3", "gpt_training", {"batch": 8}, "", 3),
+    ("resnet50-b32-cap4", "resnet_training", {"batch": 32, "depth": 50}, "", 4),
+    ("resnet50-b32-cap4-exp", "resnet_training", {"batch": 32, "depth": 50}, "expandable_segments:True", 4),
+]
+
+#: (id, program, kwargs without batch, alloc_conf, cap in GiB, first guess of a batch that fits, one that does not).
+CHAINS: list[tuple[str, str, dict, str, float, int, int]] = [
+    ("gpt-amp-cap8", "gpt_training", {}, "", 8, 12, 48),
+    ("gpt-amp-cap8-exp", "gpt_training", {}, "expandable_segments:True", 8, 12, 48),
+    ("gpt-amp-ckpt-cap8", "gpt_training", {"checkpoint": True}, "", 8, 16, 96),
+    ("resnet50-cap6", "resnet_training", {"depth": 50}, "", 6, 24, 128),
+    ("resnet50-cap6-exp", "resnet_training", {"depth": 50}, "expandable_segments:True", 6, 24, 128),
+    ("resnet18-amp-cap4", "resnet_training", {"depth": 18, "amp": True}, "", 4, 64, 512),
+    ("mlp-cap3", "mlp_training", {}, "", 3, 1024, 32768),
+    ("convnet-cap2", "convnet_sgd_training", {}, "", 2, 64, 1024),
+    ("resnet50-inf-cap2", "resnet_inference", {}, "", 2, 32, 1024),
+]
+
+
+def _programs():
+    """memviz/predict/programs.py loaded by path (the package around it need not import)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("programs", ROOT / "memviz" / "predict" / "programs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _frame_text(frame: dict) -> str:
+    return f"{frame.get('filename', '?')}:{frame.get('line', 0)}:{frame.get('name', '?')}"
+
+
+def run_one(spec: dict) -> dict:
+    """In a fresh process: run one program under the spec's config and cap; return the record."""
+    import torch
+
+    programs = _programs()
+    total = torch.cuda.get_device_properties(0).total_memory
+    cap = int(spec["cap_bytes"])
+    fraction = cap / total
+    while int(fraction * total) < cap:
+        fraction += 1e-12
+    torch.cuda.set_per_process_memory_fraction(min(fraction, 1.0))
+    torch.cuda.memory._record_memory_history(context="alloc", stacks="python", max_entries=3_000_000)
+    fn = programs.PROGRAMS[spec["program"]]
+    start = time.perf_counter()
+    oom = None
+    try:
+        fn(**spec["kwargs"])
+    except torch.OutOfMemoryError as e:
+        oom = {"message": str(e).splitlines()[0][:600]}
+    seconds = time.perf_counter() - start
+    snap = torch.cuda.memory._snapshot()
+    torch.cuda.memory._record_memory_history(None)
+    frames: dict[str, int] = {}
+    events = []
+    prog_file = programs.__file__
+    for e in snap["device_traces"][0]:
+        fr = e.get("frames") or []
+        inner = _frame_text(fr[0]) if fr else None
+        user = next((_frame_text(f) for f in fr if f.get("filename") == prog_file), None)
+        idx = [frames.setdefault(t, len(frames)) if t else -1 for t in (inner, user)]
+        events.append([e["action"], e.get("addr", 0), e.get("size", 0), *idx])
+    stats = torch.cuda.memory_stats()
+    return {**spec, "total_bytes": total, "torch": torch.__version__, "device_name": torch.cuda.get_device_name(0),
+            "fits": oom is None, "oom": oom, "seconds": round(seconds, 3),
+            "peaks": {"allocated_bytes": stats["allocated_bytes.all.peak"],
+                      "reserved_bytes": stats["reserved_bytes.all.peak"],
+                      "active_bytes": stats["active_bytes.all.peak"],
+                      "requested_bytes": stats["requested_bytes.all.peak"]},
+            "stats": stats, "frames": list(frames), "events": events}
+
+
+def probe() -> dict:
+    """cuDNN convolution and cuBLAS workspaces, measured as requests that are no tensor."""
+    import torch
+    import torch.nn.functional as F
+
+    ResNet = _programs().ResNet
+
+    out: dict = {"torch": torch.__version__, "device_name": torch.cuda.get_device_name(0),
+                 "cudnn": torch.backends.cudnn.version(), "blas": [], "conv": []}
+
+    def counters() -> tuple[int, int, int]:
+        s = torch.cuda.memory_stats()
+        return s["allocation.all.allocated"], s["requested_bytes.all.allocated"], s["allocated_bytes.all.current"]
+
+    def measure(fn, *args) -> dict:
+        torch.cuda.synchronize()
+        n0, r0, a0 = counters()
+        torch.cuda.reset_peak_memory_stats()
+        result = fn(*args)
+        torch.cuda.synchronize()
+        n1, r1, a1 = counters()
+        return {"allocs": n1 - n0, "requested_bytes": r1 - r0, "kept_bytes": a1 - a0,
+                "peak_above_start_bytes": torch.cuda.max_memory_allocated() - a0, "result": result}
+
+    # cuBLAS / cuBLASLt: first matmuls on the main thread, then in autograd's backward thread
+    a = torch.randn(1024, 1024, device="cuda", requires_grad=True)
+    b = torch.randn(1024, 1024, device="cuda")
+    cases = [("mm_fp32_main", lambda a, b: (a @ b).shape),
+             ("mm_fp32_main_again", lambda a, b: (a @ b).shape),
+             ("addmm_fp32_main", lambda a, b: torch.addmm(b, a, b).shape),
+             ("mm_bf16_main", lambda a, b: (a.bfloat16() @ b.bfloat16()).shape),
+             ("linear_fp32_main", lambda a, b: F.linear(a, b, b[0]).shape),
+             ("backward_mm_fp32", lambda a, b: (a @ b).sum().backward()),
+             ("backward_mm_fp32_again", lambda a, b: (a @ b).sum().backward())]
+    for name, case in cases:
+        r = measure(case, a, b)
+        r.pop("result")
+        out["blas"].append({"case": name, **r})
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        r = measure(lambda a, b: (a @ b).float().sum().backward(), a, b)
+    r.pop("result")
+    out["blas"].append({"case": "backward_mm_bf16_autocast", **r})
+    del a, b
+
+    # convolution geometries: every conv of resnet18/50 and of the VGG-style net, at several batches
+    geoms = set()
+    for depth in (18, 50):
+        for m in ResNet(depth).modules():
+            if isinstance(m, torch.nn.Conv2d):
+                geoms.add((m.in_channels, m.out_channels, m.kernel_size[0], m.stride[0], m.padding[0]))
+    for c_in, c_out in ((3, 64), (64, 128), (128, 256), (256, 512), (32, 64), (3, 32), (64, 64)):
+        geoms.add((c_in, c_out, 3, 1, 1))
+    sizes = {3: [224, 160, 64], 64: [56, 112, 64, 32], 128: [28, 56, 32, 16], 256: [14, 28, 16, 8],
+             512: [7, 14, 8], 1024: [14, 7], 2048: [7], 32: [64, 32]}
+
+    def forward(x, w, s, p):
+        return F.conv2d(x, w, None, s, p)
+
+    def backward(g, x, w, s, p, mask):
+        grads = torch.ops.aten.convolution_backward(g, x, w, None, [s, s], [p, p], [1, 1], False, [0, 0], 1, mask)
+        return sum(t.nbytes for t in grads if t is not None)
+
+    deadline = time.perf_counter() + 45
+    for c_in, c_out, k, s, p in sorted(geoms):
+        for hw in sizes.get(c_in, [14]):
+            for batch in (1, 16, 64):
+                for dtype in (torch.float32, torch.bfloat16):
+                    if time.perf_counter() > deadline:
+                        out["truncated"] = True
+                        return out
+                    x = torch.randn(batch, c_in, hw, hw, device="cuda", dtype=dtype)
+                    w = torch.randn(c_out, c_in, k, k, device="cuda", dtype=dtype)
+                    fwd = measure(forward, x, w, s, p)
+                    y = fwd.pop("result")
+                    fwd["out_bytes"] = y.nbytes
+                    g = torch.randn_like(y)
+                    del y
+                    res = {"c_in": c_in, "c_out": c_out, "k": k, "stride": s, "pad": p, "hw": hw, "batch": batch,
+                           "dtype": str(dtype).removeprefix("torch."), "out_shape": list(g.shape), "forward": fwd}
+                    for part, mask in (("backward_input", [True, False, False]),
+                                       ("backward_weight", [False, True, False])):
+                        res[part] = measure(backward, g, x, w, s, p, mask)
+                    out["conv"].append(res)
+                    del x, w, g
+    return out
+
+
+def _spawn(spec: dict, out_dir: Path, timeout_s: float) -> dict:
+    env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=spec["alloc_conf"], PYTHONPATH=str(ROOT))
+    if not spec["alloc_conf"]:
+        env.pop("PYTORCH_CUDA_ALLOC_CONF")
+    path = out_dir / "runs" / f"{spec['id']}.json.gz"
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, __file__, "--one", json.dumps(spec), "--to", str(path)], env=env,
+                              capture_output=True, text=True, timeout=timeout_s)
+        ok = proc.returncode == 0
+        err = proc.stderr[-2000:] if not ok else ""
+    except subprocess.TimeoutExpired:
+        ok, err = False, "timeout"
+    wall = time.perf_counter() - t0
+    if not ok:
+        return {"id": spec["id"], "error": err, "wall_s": round(wall, 1)}
+    with gzip.open(path, "rt") as f:
+        rec = json.load(f)
+    return {"id": spec["id"], "fits": rec["fits"], "peaks": rec["peaks"], "wall_s": round(wall, 1),
+            "events": len(rec["events"])}
+
+
+def _chain(chain: tuple, out_dir: Path, stop_at: float) -> dict:
+    cid, program, kwargs, conf, cap_gib, lo_guess, hi_guess = chain
+    tries: dict[int, bool] = {}
+
+    def fits(batch: int) -> bool | None:
+        if batch in tries:
+            return tries[batch]
+        if time.perf_counter() > stop_at:
+            return None
+        spec = {"id": f"{cid}-b{batch}", "program": program, "kwargs": {**kwargs, "batch": batch},
+                "alloc_conf": conf, "cap_bytes": int(cap_gib * GiB)}
+        r = _spawn(spec, out_dir, 120)
+        if "error" in r:
+            return None
+        tries[batch] = r["fits"]
+        return r["fits"]
+
+    lo, hi = lo_guess, hi_guess
+    while (f := fits(lo)) is False and lo > 1:
+        hi, lo = lo, max(1, lo // 2)
+    while f is True and fits(hi) is True:
+        lo, hi = hi, hi * 2
+    result = {"id": cid, "program": program, "kwargs": kwargs, "alloc_conf": conf, "cap_bytes": int(cap_gib * GiB)}
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        m = fits(mid)
+        if m is None:
+            result["incomplete"] = True
+            break
+        lo, hi = (mid, hi) if m else (lo, mid)
+    if tries.get(lo) is True and tries.get(hi) is False and hi - lo == 1:
+        result["max_batch"] = lo
+    result["tries"] = {str(k): v for k, v in sorted(tries.items())}
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--jobs", type=int, default=12)
+    ap.add_argument("--deadline-s", type=float, default=170)
+    ap.add_argument("--one")
+    ap.add_argument("--to", type=Path)
+    ap.add_argument("--probe", action="store_true")
+    args = ap.parse_args()
+    if args.one:
+        rec = run_one(json.loads(args.one))
+        args.to.parent.mkdir(parents=True, exist_ok=True)
+        with gzip.open(args.to, "wt") as f:
+            json.dump(rec, f, separators=(",", ":"))
+        return
+    if args.probe:
+        with gzip.open(args.to, "wt") as f:
+            json.dump(probe(), f, separators=(",", ":"))
+        return
+    out = args.out
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    stop_at = time.perf_counter() + args.deadline_s
+    probe_err = (out / "probe.err").open("w")
+    probe_proc = subprocess.Popen([sys.executable, __file__, "--probe", "--to", str(out / "probe.json.gz")],
+                                  env=dict(os.environ, PYTHONPATH=str(ROOT)), stderr=probe_err)
+    summary: dict = {"runs": [], "chains": []}
+    with ThreadPoolExecutor(args.jobs) as pool:
+        chain_futs = [pool.submit(_chain, c, out, stop_at - 20) for c in CHAINS]
+        run_futs = [pool.submit(_spawn, {"id": i, "program": p, "kwargs": k, "alloc_conf": c,
+                                         "cap_bytes": int(cap * GiB)}, out, 120)
+                    for i, p, k, c, cap in PLAN]
+        for fut in run_futs:
+            summary["runs"].append(fut.result())
+            print(json.dumps(summary["runs"][-1]), flush=True)
+        for fut in chain_futs:
+            summary["chains"].append(fut.result())
+            print(json.dumps(summary["chains"][-1]), flush=True)
+    try:
+        probe_proc.wait(timeout=max(1, stop_at - time.perf_counter() + 30))
+    except subprocess.TimeoutExpired:
+        probe_proc.kill()
+    probe_err.close()
+    (out / "chains.json").write_text(json.dumps(summary["chains"], indent=1))
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
