@@ -2,8 +2,9 @@
 
 usage: python3 benchmarks/bench_sim.py [--repeats N] [--synthetic-ops N] [--cpu-time]
 
-Times, without any comparison, the replay of every golden ``random-*`` trace in tests/data/golden
-and of a seeded synthetic trace (default 200,000 ops) through ``CachingAllocator`` with all stats
+Times, without any comparison, the replay (:func:`memviz.sim.replay`, the engine every what-if uses) of
+every golden ``random-*`` trace in tests/data/golden and of a seeded synthetic trace (default 200,000
+ops) through ``CachingAllocator`` with all stats
 and history recording on. Each replay starts from a fresh allocator (built outside the timing);
 one untimed warm-up replay precedes the timed ones. Prints the median and the minimum of
 ``--repeats`` runs (default 7) for each, then a one-line summary. ``--cpu-time`` times with
@@ -20,20 +21,22 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from memviz.sim import CachingAllocator, OutOfMemoryError
+from memviz.sim import CachingAllocator, Op, replay
+from memviz.sim.replay import EMPTY_CACHE, FREE, MALLOC
 
 GOLDEN = Path(__file__).resolve().parent.parent / "tests" / "data" / "golden"
 MiB = 1 << 20
 
 
-def synthetic_ops(n: int, seed: int = 0) -> list[tuple[str, int, int]]:
-    """Return n ops (kind, id, size): mostly small/medium allocs and frees, some empty_cache."""
+def synthetic_ops(n: int, seed: int = 0) -> list[Op]:
+    """Return n ops: mostly small/medium mallocs and frees, some empty_cache."""
     rng = random.Random(seed)
-    ops: list[tuple[str, int, int]] = []
+    ops: list[Op] = []
     live: list[int] = []
     next_id = 0
     while len(ops) < n:
@@ -41,42 +44,36 @@ def synthetic_ops(n: int, seed: int = 0) -> list[tuple[str, int, int]]:
         if r < 0.5 or not live:
             size = rng.choice([rng.randint(1, 65536), rng.randint(65536, 4 * MiB),
                                rng.randint(4 * MiB, 64 * MiB)])
-            ops.append(("alloc", next_id, size))
+            ops.append(Op(MALLOC, next_id, size))
             live.append(next_id)
             next_id += 1
         elif r < 0.999:
-            ops.append(("free", live.pop(rng.randrange(len(live))), 0))
+            ops.append(Op(FREE, live.pop(rng.randrange(len(live)))))
         else:
-            ops.append(("empty_cache", 0, 0))
+            ops.append(Op(EMPTY_CACHE))
     return ops
 
 
-def replay(make: callable, ops: list[tuple[str, int, int]], clock: callable = time.perf_counter) -> float:
-    """Replay ops on a fresh allocator; return seconds per op."""
+def golden_ops(trace: dict) -> list[Op]:
+    """The ops of a golden trace, its snapshot checks left out."""
+    kinds = {"alloc": MALLOC, "free": FREE, "empty_cache": EMPTY_CACHE}
+    return [Op(kinds[op["op"]], op.get("id"), op.get("size", 0)) for op in trace["ops"] if op["op"] != "snapshot"]
+
+
+def time_replay(make: Callable[[], CachingAllocator], ops: list[Op], clock: Callable[[], float] = time.perf_counter
+                ) -> float:
+    """Replay ops on a fresh allocator (made outside the timing) with :func:`memviz.sim.replay`; return s/op."""
     sim = make()
-    live: dict[int, int] = {}
-    malloc, free, empty_cache = sim.malloc, sim.free, sim.empty_cache
     t0 = clock()
-    for kind, ident, size in ops:
-        if kind == "alloc":
-            try:  # noqa: SIM105 - try/except is cheaper than contextlib.suppress
-                live[ident] = malloc(size)
-            except OutOfMemoryError:
-                pass
-        elif kind == "free":
-            addr = live.pop(ident, None)
-            if addr is not None:
-                free(addr)
-        else:
-            empty_cache()
+    replay(ops, sim)
     return (clock() - t0) / max(1, len(ops))
 
 
-def timings_us(make: callable, ops: list[tuple[str, int, int]], repeats: int,
-               clock: callable = time.perf_counter) -> tuple[float, float]:
+def timings_us(make: Callable[[], CachingAllocator], ops: list[Op], repeats: int,
+               clock: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
     """Return (median, min) µs per op over ``repeats`` replays, after one untimed warm-up."""
-    replay(make, ops, clock)
-    times = [replay(make, ops, clock) * 1e6 for _ in range(repeats)]
+    time_replay(make, ops, clock)
+    times = [time_replay(make, ops, clock) * 1e6 for _ in range(repeats)]
     return statistics.median(times), min(times)
 
 
@@ -89,7 +86,7 @@ def main() -> None:
     clock = time.process_time if args.cpu_time else time.perf_counter
     medians: list[float] = []
 
-    def report(config: str, trace: str, n_ops: int, make: callable, ops: list) -> None:
+    def report(config: str, trace: str, n_ops: int, make: Callable[[], CachingAllocator], ops: list[Op]) -> None:
         median, best = timings_us(make, ops, args.repeats, clock)
         medians.append(median)
         print(f"{config:>14} {trace:<10} {n_ops:>7} ops  median {median:5.2f}  min {best:5.2f} us/op")
@@ -107,8 +104,7 @@ def main() -> None:
         for trace in data["traces"]:
             if not trace["name"].startswith("random") or "rerun" in trace["name"]:
                 continue
-            ops = [(op["op"], op.get("id", 0), op.get("size", 0))
-                   for op in trace["ops"] if op["op"] != "snapshot"]
+            ops = golden_ops(trace)
             report(meta["config"], trace["name"], len(ops), make, ops)
     ops = synthetic_ops(args.synthetic_ops)
     for conf in ("", "expandable_segments:True"):

@@ -29,6 +29,7 @@ from memviz.events import Event, OOMRecord
 from memviz.fragmentation import Fragmentation, fragmentation
 from memviz.oom import OOMExplanation, explain_oom
 from memviz.shapes import Request, size_request, tensor_request
+from memviz.sim.replay import EMPTY_CACHE, FREE, MALLOC, Op
 from memviz.units import format_bytes
 
 __all__ = ["Lab", "LabTensor"]
@@ -75,9 +76,10 @@ class Lab:
         self._tensors: dict[str, LabTensor] = {}
         self._groups: dict[str, list[str]] = {}
         self.events: list[Event] = []
-        self.ops: list[tuple] = []
-        """Allocator ops in order, for what-if replays: ``("malloc", key, nbytes, ok)``, ``("free", key)``,
-        ``("empty_cache",)``. Frees are logged when the memory really goes (the last reference dies)."""
+        self.ops: list[Op] = []
+        """Allocator ops in order, for what-if replays (:func:`memviz.sim.replay`): ``Op("malloc", key, nbytes)``
+        (key None for a request that ran out of memory), ``Op("free", key)``, ``Op("empty_cache")``. Frees are
+        logged when the memory really goes (the last reference dies)."""
         self._next_key = 0
         self._auto_names = 0
         self._t0 = time.perf_counter()
@@ -189,7 +191,7 @@ class Lab:
             detail += f" each, {format_bytes(request.nbytes * count)} in all"
         oom = None
         if oom_message is not None:
-            self.ops.append(("malloc", None, request.nbytes, False))
+            self.ops.append(Op(MALLOC, None, request.nbytes))
             oom = OOMRecord(oom_message, request, n, self.fragmentation(), len(self.ops) - 1)
             detail += f" — out of memory after {n} of {count}" if count > 1 else " — out of memory"
         del made
@@ -230,7 +232,7 @@ class Lab:
         """``torch.cuda.empty_cache()``: release every cached segment that holds no live tensor."""
         before = self._read_before()
         self.backend.empty_cache()
-        self.ops.append(("empty_cache",))
+        self.ops.append(Op(EMPTY_CACHE))
         return self._record("empty_cache", True, (), 0, "empty_cache()", before)
 
     def reset_peak(self) -> Event:
@@ -267,7 +269,9 @@ class Lab:
             event = ooms[-1]
         if event.oom is None:
             raise ValueError(f"event #{event.index} ({event.action}) is not an OOM")
-        return explain_oom(self, event, configs)
+        backend = self.backend
+        return explain_oom(event, self.ops, total_memory_bytes=backend.total_memory_bytes, cap_bytes=backend.cap_bytes,
+                           alloc_conf=backend.alloc_conf, configs=configs)
 
     # -- internals -----------------------------------------------------------------------------------
 
@@ -298,8 +302,8 @@ class Lab:
     def _keep(self, name: str, group: str | None, request: Request, tensor: Any) -> None:
         key = self._next_key
         self._next_key += 1
-        self.ops.append(("malloc", key, request.nbytes, True))
-        weakref.finalize(tensor, self.ops.append, ("free", key))
+        self.ops.append(Op(MALLOC, key, request.nbytes))
+        weakref.finalize(tensor, self.ops.append, Op(FREE, key))
         self._tensors[name] = LabTensor(name, group, request, tensor, key)
 
     def _drop(self, names: list[str], label: str) -> Event:

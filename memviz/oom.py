@@ -9,27 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from memviz.backends import fraction_for_cap
+from memviz.errors import InputError, InputTypeError
 from memviz.events import Event
-from memviz.sim import CachingAllocator, OutOfMemoryError
+from memviz.sim import CANDIDATE_CONFIGS, CachingAllocator, Op, ReplayOutcome, fraction_for_cap, replay
+from memviz.sim.constants import SMALL_SIZE
 from memviz.units import format_bytes
 
-if TYPE_CHECKING:
-    from memviz.lab import Lab
-
-__all__ = ["CANDIDATE_CONFIGS", "OOMExplanation", "WhatIf", "explain_oom", "replay_ops"]
-
-CANDIDATE_CONFIGS = (
-    "expandable_segments:True",
-    "max_split_size_mb:64",
-    "max_split_size_mb:128",
-    "garbage_collection_threshold:0.6,max_split_size_mb:128",
-    "roundup_power2_divisions:4",
-)
-"""The configs :func:`explain_oom` tries by default: the four non-default configs recorded on a real H200
-(golden traces), and ``max_split_size_mb:128`` alone (recorded in the training workload)."""
+__all__ = ["CANDIDATE_CONFIGS", "OOMExplanation", "WhatIf", "explain_oom"]
 
 
 @dataclass(frozen=True)
@@ -112,57 +99,44 @@ class OOMExplanation:
         return "\n".join(lines)
 
 
-def replay_ops(
-    ops: Sequence[tuple], total_memory_bytes: int, memory_fraction: float | None, alloc_conf: str
-) -> tuple[CachingAllocator, int, bool]:
-    """Replay lab ops through a fresh simulator.
+def _replay(ops: Sequence[Op], total_memory_bytes: int, fraction: float | None, alloc_conf: str
+            ) -> tuple[CachingAllocator, ReplayOutcome]:
+    """Replay ``ops`` through a fresh simulator of that size, cap and config."""
+    sim = CachingAllocator(total_memory_bytes, memory_fraction=fraction, alloc_conf=alloc_conf)
+    return sim, replay(ops, sim)
 
-    Returns:
-        ``(allocator, ooms, last_ok)``: the allocator after the replay, how many mallocs failed, and
-        whether the last malloc succeeded.
+
+def explain_oom(event: Event, ops: Sequence[Op], *, total_memory_bytes: int, cap_bytes: int | None,
+                alloc_conf: str, configs: Sequence[str] | None = None) -> OOMExplanation:
+    """Explain the OOM of ``event`` and try ``configs`` (default :data:`CANDIDATE_CONFIGS`) in the simulator.
+
+    Args:
+        event: the lab's event whose allocation ran out of memory.
+        ops: the lab's allocator ops (``Lab.ops``); those up to the failed request are replayed.
+        total_memory_bytes, cap_bytes, alloc_conf: the device, cap (None: none) and config the lab ran on.
+        configs: ``PYTORCH_CUDA_ALLOC_CONF`` strings to try instead (default :data:`CANDIDATE_CONFIGS`).
+
+    Raises:
+        InputError: ``event`` is not an OOM.
     """
-    sim = CachingAllocator(total_memory_bytes, memory_fraction=memory_fraction, alloc_conf=alloc_conf)
-    live: dict[int, int] = {}
-    ooms = 0
-    last_ok = True
-    for op in ops:
-        if op[0] == "malloc":
-            try:
-                address = sim.malloc(op[2])
-            except OutOfMemoryError:
-                ooms += 1
-                last_ok = False
-                continue
-            last_ok = True
-            if op[1] is not None:
-                live[op[1]] = address
-        elif op[0] == "free":
-            address = live.pop(op[1], None)
-            if address is not None:
-                sim.free(address)
-        else:
-            sim.empty_cache()
-    return sim, ooms, last_ok
-
-
-def explain_oom(lab: Lab, event: Event, configs: Sequence[str] | None = None) -> OOMExplanation:
-    """Explain the OOM of ``event`` and try ``configs`` (default :data:`CANDIDATE_CONFIGS`) in the simulator."""
     record = event.oom
     if record is None:
-        raise ValueError(f"event #{event.index} is not an OOM")
-    backend = lab.backend
+        raise InputError(f"event #{event.index} ({event.action}) is not an OOM: pass an event whose .oom is set")
+    if isinstance(configs, str):
+        raise InputTypeError(f"configs must be a list of PYTORCH_CUDA_ALLOC_CONF strings, not the string "
+                             f"{configs!r}: wrap it, configs=[{configs!r}]")
     frag = record.fragmentation
-    pool = "small" if record.request.nbytes <= (1 << 20) else "large"
+    pool = "small" if record.request.nbytes <= SMALL_SIZE else "large"
     stats = event.stats_after
     reserved = stats.get("reserved_bytes.all.current", 0)
-    limit = backend.cap_bytes if backend.cap_bytes is not None else backend.total_memory_bytes
-    fraction = fraction_for_cap(backend.cap_bytes, backend.total_memory_bytes)
-    ops = lab.ops[: record.op_index + 1]
-    _, _, own_ok = replay_ops(ops, backend.total_memory_bytes, fraction, backend.alloc_conf)
+    limit = cap_bytes if cap_bytes is not None else total_memory_bytes
+    fraction = fraction_for_cap(cap_bytes, total_memory_bytes)
+    ops = ops[: record.op_index + 1]
+    _, own = _replay(ops, total_memory_bytes, fraction, alloc_conf)
     what_ifs = []
     for conf in CANDIDATE_CONFIGS if configs is None else configs:
-        sim, ooms, ok = replay_ops(ops, backend.total_memory_bytes, fraction, conf)
-        what_ifs.append(WhatIf(conf, ok, ooms, sim.memory_stats()["reserved_bytes.all.peak"]))
+        sim, outcome = _replay(ops, total_memory_bytes, fraction, conf)
+        what_ifs.append(WhatIf(conf, outcome.last_ok, outcome.ooms, sim.max_memory_reserved()))
     return OOMExplanation(
         message=record.message,
         request_bytes=record.request.nbytes,
@@ -171,6 +145,6 @@ def explain_oom(lab: Lab, event: Event, configs: Sequence[str] | None = None) ->
         reserved_unallocated_bytes=frag.reserved_unallocated_bytes,
         releasable_bytes=frag.releasable_bytes,
         headroom_bytes=max(0, limit - reserved),
-        replay_reproduces=not own_ok,
+        replay_reproduces=not own.last_ok,
         what_ifs=tuple(what_ifs),
     )

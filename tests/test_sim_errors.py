@@ -1,10 +1,19 @@
-"""memviz.sim.errors: an OOM's message is built when first read, and reads the same every way."""
+"""memviz.errors: one hierarchy; an OOM's message is plain text, the same through str, args, repr and traceback."""
 
 import traceback
 
 import pytest
 
-from memviz.sim import CachingAllocator, OutOfMemoryError
+from memviz.errors import (
+    AllocatorConfigError,
+    InputError,
+    InputTypeError,
+    InvalidFreeError,
+    MemvizError,
+    OutOfMemoryError,
+    SnapshotError,
+)
+from memviz.sim import CachingAllocator
 
 MiB = 1 << 20
 
@@ -16,7 +25,7 @@ def _oom() -> OutOfMemoryError:
     return e.value
 
 
-def test_lazy_message_reads_the_same_through_str_args_repr_and_traceback() -> None:
+def test_oom_message_reads_the_same_through_str_args_repr_and_traceback() -> None:
     err = _oom()
     text = str(err)
     assert text.startswith("CUDA out of memory. Tried to allocate 600.00 MiB. GPU 0 has a total capacity of "
@@ -24,14 +33,16 @@ def test_lazy_message_reads_the_same_through_str_args_repr_and_traceback() -> No
     assert err.args == (text,)
     assert repr(err) == f"OutOfMemoryError({text!r})"
     assert traceback.format_exception_only(err)[0].rstrip("\n").endswith(text)
-    fresh = _oom()
-    assert fresh.args == (text,)  # args alone also builds it
-    assert (fresh.requested_bytes, fresh.alloc_size_bytes, fresh.reserved_bytes) == (600 * MiB, 600 * MiB, 0)
+    assert (err.requested_bytes, err.alloc_size_bytes, err.reserved_bytes) == (600 * MiB, 600 * MiB, 0)
 
 
-def test_plain_message_and_args_setter() -> None:
-    err = OutOfMemoryError("plain", requested_bytes=1)
-    assert (str(err), err.args) == ("plain", ("plain",))
-    err = _oom()
-    err.args = ("replaced",)
-    assert str(err) == "replaced"
+def test_one_hierarchy_keeps_the_builtin_bases() -> None:
+    for cls in (InputError, InputTypeError, AllocatorConfigError, InvalidFreeError, SnapshotError):
+        assert issubclass(cls, MemvizError) and issubclass(cls, ValueError)
+    assert issubclass(InputTypeError, TypeError)
+    assert issubclass(OutOfMemoryError, MemvizError) and issubclass(OutOfMemoryError, RuntimeError)
+    assert not issubclass(OutOfMemoryError, InputError)
+    import memviz.sim
+    import memviz.snapshots
+
+    assert memviz.sim.OutOfMemoryError is OutOfMemoryError and memviz.snapshots.SnapshotError is SnapshotError

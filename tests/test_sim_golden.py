@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from memviz.sim import CachingAllocator, OutOfMemoryError
+from memviz.sim import CachingAllocator, Op, OutOfMemoryError, replay
+from memviz.sim.replay import EMPTY_CACHE, FREE, MALLOC
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 FILES = sorted(GOLDEN.glob("*.json.gz"))
@@ -55,7 +56,7 @@ def _states(trace: dict) -> list[tuple]:
 def hardware_prefix(data: dict, trace: dict) -> int:
     """How many ops the hardware reproduced: the longest agreement with a rerun of the same trace.
 
-    Counts non-snapshot ops (as ``replay`` does) up to the first op whose stats, or snapshot whose
+    Counts non-snapshot ops (as ``replay_golden`` does) up to the first op whose stats, or snapshot whose
     layout, differ between the two recordings.
     """
     base = trace["name"].split("-rerun")[0]
@@ -73,42 +74,58 @@ def hardware_prefix(data: dict, trace: dict) -> int:
     return sum(x[0] != "snapshot" for x in mine) if best is None else best
 
 
-def replay(meta: dict, trace: dict) -> tuple[int, int, str]:
-    """Return (ops, ops matched before the first mismatch, description of the mismatch)."""
+class _Mismatch(Exception):
+    """Stops the replay at the first op the simulator gets wrong."""
+
+
+def replay_golden(meta: dict, trace: dict) -> tuple[int, int, str]:
+    """Return (ops, ops matched before the first mismatch, description of the mismatch).
+
+    The trace's ops run through :func:`memviz.sim.replay`; after each one the stats (and the layout of
+    every snapshot recorded there) are compared with the recording.
+    """
     sim = CachingAllocator(meta["total_memory"], memory_fraction=meta["fraction"],
                            alloc_conf=meta["alloc_conf"])
-    real = dict(trace["initial"])
-    live: dict[int, int] = {}
-    n = 0
+    kinds = {"alloc": MALLOC, "free": FREE, "empty_cache": EMPTY_CACHE}
+    ops: list[Op] = []
+    recorded: list[dict] = []  # the recorded op behind each replayed one
+    snapshots: dict[int, list] = {}  # replayed op index -> layouts of the snapshots recorded right after it
     for i, op in enumerate(trace["ops"]):
-        kind = op["op"]
-        if kind == "snapshot":
-            if _layout(sim.snapshot()["segments"]) != _layout(op["segments"]):
-                return -1, n, f"snapshot layout differs at op {i}"
-            continue
-        if kind == "alloc":
-            try:
-                live[op["id"]] = sim.malloc(op["size"])
-                ok = True
-            except OutOfMemoryError as e:
-                ok = False
-                if not op["ok"] and not str(e).startswith(op["msg"].split(" GPU 0 has")[0]):
-                    return -1, n, f"OOM message differs at op {i}: {e}"
-            if ok != op["ok"]:
-                return -1, n, f"alloc ok={ok} but recorded {op['ok']} at op {i}"
-        elif kind == "free":
-            addr = live.pop(op["id"], None)
-            if addr is not None:
-                sim.free(addr)
+        if op["op"] == "snapshot":
+            snapshots.setdefault(len(ops) - 1, []).append((i, op["segments"]))
         else:
-            sim.empty_cache()
-        real.update(op["d"])
+            ops.append(Op(kinds[op["op"]], op.get("id"), op.get("size", 0)))
+            recorded.append(dict(op, index=i))
+    real = dict(trace["initial"])
+
+    def check_snapshots(step: int) -> None:
+        for i, segments in snapshots.get(step, ()):
+            if _layout(sim.snapshot()["segments"]) != _layout(segments):
+                raise _Mismatch(f"snapshot layout differs at op {i}")
+
+    def on_step(step: int, op: Op, oom: OutOfMemoryError | None) -> None:
+        rec = recorded[step]
+        i = rec["index"]
+        if op.kind == MALLOC:
+            if oom is not None and not rec["ok"] and not str(oom).startswith(rec["msg"].split(" GPU 0 has")[0]):
+                raise _Mismatch(f"OOM message differs at op {i}: {oom}")
+            if (oom is None) != rec["ok"]:
+                raise _Mismatch(f"alloc ok={oom is None} but recorded {rec['ok']} at op {i}")
+        real.update(rec["d"])
         stats = sim.memory_stats()
         if stats != real:
             bad = {k: (stats.get(k), v) for k, v in real.items() if stats.get(k) != v}
-            return -1, n, f"stats differ after op {i} ({kind}): {dict(list(bad.items())[:4])}"
-        n += 1
-    return n, n, ""
+            raise _Mismatch(f"stats differ after op {i} ({op.kind}): {dict(list(bad.items())[:4])}")
+        matched[0] = step + 1
+        check_snapshots(step)
+
+    matched = [0]
+    try:
+        check_snapshots(-1)
+        replay(ops, sim, on_step)
+    except _Mismatch as why:
+        return -1, matched[0], str(why)
+    return len(ops), len(ops), ""
 
 
 CASES = [(path, trace["name"]) for path in FILES for trace in load(path)["traces"]]
@@ -120,7 +137,7 @@ def test_golden_trace(path: Path, name: str) -> None:
     meta = data["meta"]
     trace = next(t for t in data["traces"] if t["name"] == name)
     key = (meta["config"], name)
-    _, matched, why = replay(meta, trace)
+    _, matched, why = replay_golden(meta, trace)
     need = hardware_prefix(data, trace)
     if matched < need and key in ADDRESS_TIES:
         pytest.xfail(f"driver address tie: {ADDRESS_TIES[key]} (matched {matched}/{need}: {why})")

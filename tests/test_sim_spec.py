@@ -338,6 +338,7 @@ def test_summary_and_peaks() -> None:
     assert a.max_memory_allocated() == 0 and a.max_memory_reserved() == 20 * MiB
 
 
-def test_all_is_sorted_and_public() -> None:
-    assert sim_pkg.__all__ == sorted(sim_pkg.__all__)
-    assert {"CachingAllocator", "OutOfMemoryError"} <= set(sim_pkg.__all__)
+def test_all_is_public_and_importable() -> None:
+    # the order is ruff's (RUF022: constants, classes, functions)
+    assert {"CachingAllocator", "OutOfMemoryError", "Op", "replay", "fraction_for_cap"} <= set(sim_pkg.__all__)
+    assert all(hasattr(sim_pkg, name) for name in sim_pkg.__all__)

@@ -238,7 +238,7 @@ def test_bad_sources_say_what_is_wrong(tmp_path):
     small = oom_snapshot()
     with pytest.raises(ValueError, match="unknown simulated device"):
         WhatIfTable(small, device_sizes=["GTX 9090"], progress=False)
-    with pytest.raises(ValueError, match="cap_bytes must be in"):
+    with pytest.raises(ValueError, match="cap_bytes must be between"):
         WhatIfTable(small, device_sizes=["T4"], cap="20 GiB", progress=False)
     with pytest.raises(ValueError, match="timeline=True"):
         from memviz.snapshots import replay

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from memviz.shapes import Request
+from memviz.sim.limits import fraction_for_cap  # one copy, shared with the simulator's what-if tools
 from memviz.units import format_bytes
 
 __all__ = ["Backend", "DriverMemory", "fraction_for_cap"]
@@ -111,18 +111,3 @@ class Backend(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.describe()}>"
-
-
-def fraction_for_cap(cap_bytes: int | None, total_bytes: int) -> float | None:
-    """The memory fraction ``f`` for which the allocator's limit ``int(f * total_bytes)`` is ``cap_bytes``.
-
-    Returns None for None (no cap). Raises ValueError for a cap outside ``1..total_bytes``.
-    """
-    if cap_bytes is None:
-        return None
-    if not 0 < cap_bytes <= total_bytes:
-        raise ValueError(f"cap must be between 1 byte and the device's {total_bytes} bytes, got {cap_bytes}")
-    fraction = cap_bytes / total_bytes
-    while int(fraction * total_bytes) < cap_bytes:
-        fraction = math.nextafter(fraction, 2.0)
-    return fraction

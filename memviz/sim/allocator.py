@@ -18,10 +18,12 @@ else calls them. ``benchmarks/bench_sim.py`` measures it.
 
 from __future__ import annotations
 
+import operator
 from bisect import bisect_left, insort
 from collections.abc import Callable
-from functools import partial
 from typing import Any
+
+from memviz.errors import InputTypeError, InvalidFreeError, OutOfMemoryError
 
 from .addresses import AddressSpace
 from .blocks import ADDR_BITS, Block, BlockPool, Segment
@@ -35,7 +37,7 @@ from .constants import (
     SMALL_BUFFER,
     SMALL_SIZE,
 )
-from .errors import InvalidFreeError, OutOfMemoryError
+from .limits import MAX_DEVICE_BYTES, check_bytes, check_fraction
 from .stats import (
     ALLOCATED_BYTES,
     ALLOCATED_BYTES_PEAK,
@@ -84,15 +86,17 @@ class _AllocParams:
 
 def _checked_size(size: object) -> int:
     """Return ``malloc``'s size as a plain int, 0 for 0; raise for what torch refuses up front."""
-    if type(size) is not int:
-        if isinstance(size, bool) or not isinstance(size, int):
-            raise TypeError(f"malloc size must be an int (bytes), not {type(size).__name__}")
-        size = int(size)
-    if size < 0:
-        raise ValueError(f"malloc size must be >= 0 bytes, got {size}")
+    size = check_bytes(size, "malloc size", high=1 << 64, example="4 << 20")
     if size >= ONE_EXA_BYTES:
         raise OutOfMemoryError("CUDA out of memory. Tried to allocate more than 1EB memory.", requested_bytes=size)
     return size
+
+
+def _checked_address(ptr: object) -> int:
+    """Return ``free``'s address as a plain int; refuse what is not one (None, a float, a str)."""
+    if isinstance(ptr, bool) or not hasattr(type(ptr), "__index__"):
+        raise InputTypeError(f"free() takes the int address that malloc returned, not {type(ptr).__name__} {ptr!r}")
+    return operator.index(ptr)
 
 
 def format_size(size: int) -> str:
@@ -124,7 +128,9 @@ class CachingAllocator:
 
     Raises:
         AllocatorConfigError: ``alloc_conf`` is malformed or names an unknown option.
-        ValueError: ``total_memory`` or ``memory_fraction`` out of range.
+        InputTypeError: ``total_memory``, ``context_bytes`` or ``memory_fraction`` is not a number.
+        InputError: ``total_memory`` outside 1 byte .. :data:`~memviz.sim.limits.MAX_DEVICE_BYTES` (16 TiB),
+            ``context_bytes`` above it, or ``memory_fraction`` outside [0, 1].
 
     Example::
 
@@ -137,10 +143,9 @@ class CachingAllocator:
     def __init__(self, total_memory: int, memory_fraction: float | None = None, alloc_conf: str = "", *,
                  context_bytes: int = 0, device_name: str = "GPU 0", record_history: bool = True,
                  clock: Callable[[], int] | None = None) -> None:
-        if not isinstance(total_memory, int) or isinstance(total_memory, bool) or total_memory <= 0:
-            raise ValueError(f"total_memory must be a positive int (bytes), got {total_memory!r}")
-        if not isinstance(context_bytes, int) or not 0 <= context_bytes <= total_memory:
-            raise ValueError(f"context_bytes must be an int in [0, total_memory], got {context_bytes!r}")
+        total_memory = check_bytes(total_memory, "total_memory", low=1, high=MAX_DEVICE_BYTES, example="80 << 30",
+                                   why="the simulator models devices of up to 16 TiB (memviz.sim.limits)")
+        context_bytes = check_bytes(context_bytes, "context_bytes", high=total_memory, example="0")
         self.config: AllocatorConfig = parse_alloc_conf(alloc_conf)
         cfg = self.config
         self.total_memory = total_memory
@@ -195,10 +200,9 @@ class CachingAllocator:
         ``torch.cuda.set_per_process_memory_fraction``. A fraction of 1 removes the limit.
 
         Raises:
-            ValueError: ``fraction`` is not a number in [0, 1].
+            InputTypeError: ``fraction`` is not a number. InputError: it is outside [0, 1].
         """
-        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
-            raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+        fraction = check_fraction(fraction, "memory fraction")
         if fraction == 1:
             self.allowed_memory_bytes = None
         else:
@@ -316,8 +320,8 @@ class CachingAllocator:
         nothing: a 0-byte tensor never reaches the allocator.
 
         Raises:
-            TypeError: ``size`` is not an int.
-            ValueError: ``size`` is negative.
+            InputTypeError: ``size`` is not an int.
+            InputError: ``size`` is negative (or above 2**64).
             OutOfMemoryError: no cached block fits and the driver (or the memory fraction) refuses a
                 new segment, even after releasing every cached segment. Requests of 2**60 bytes or
                 more fail before the allocator runs and change no stats.
@@ -552,11 +556,13 @@ class CachingAllocator:
         until ``empty_cache()`` (or an allocation that needs the memory). ``free(0)`` does nothing.
 
         Raises:
-            InvalidFreeError: ``ptr`` is not a live allocation (unknown or already freed); nothing
-                changes.
+            InputTypeError: ``ptr`` is not an int (None, a float). InvalidFreeError: ``ptr`` is not a
+                live allocation (unknown or already freed). Either way nothing changes.
 
         Runtime complexity: O(log n) plus O(n) list insert for n free blocks in the pool.
         """
+        if type(ptr) is not int:
+            ptr = _checked_address(ptr)
         block = self._active_blocks.pop(ptr, None)
         if block is None:
             if ptr == 0:
@@ -952,8 +958,8 @@ class CachingAllocator:
         stats.num_ooms += 1
         allocated = self.memory_allocated()
         reserved = self.memory_reserved()
-        message = partial(_oom_message, p.alloc_size, self.device_name, self.total_memory, device_free,
-                          self.context_bytes, self.allowed_memory_bytes, allocated, reserved)
+        message = _oom_message(p.alloc_size, self.device_name, self.total_memory, device_free, self.context_bytes,
+                               self.allowed_memory_bytes, allocated, reserved)
         raise OutOfMemoryError(message, requested_bytes=orig_size, alloc_size_bytes=p.alloc_size,
                                allocated_bytes=allocated, reserved_bytes=reserved,
                                device_free_bytes=device_free)

@@ -13,8 +13,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from memviz.errors import AllocatorConfigError
+
 from .constants import LARGE_BUFFER, MIN_LARGE_ALLOC, ROUNDUP_POWER2_INTERVALS, SIZE_MAX, MiB
-from .errors import AllocatorConfigError
 
 __all__ = ["AllocatorConfig", "parse_alloc_conf", "tokenize"]
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from .errors import SnapshotError
 from .load import TRACE_ACTIONS, load_snapshot
+from .progress import progress_bar
 from .settings import SMALL_BUFFER, SMALL_SIZE, RecordedSettings, settings_from_snapshot
 
 __all__ = ["ACTIONS", "InitialBlock", "SnapshotHistory", "Timeline"]
@@ -37,7 +38,6 @@ _CODE = {name: i for i, name in enumerate(ACTIONS)}
 _SEGMENT_CODES = (_CODE["segment_alloc"], _CODE["segment_free"], _CODE["segment_map"], _CODE["segment_unmap"])
 _ALLOCATED, _PENDING, _INACTIVE = "active_allocated", "active_pending_free", "inactive"
 _CHECKPOINT_EVERY = 2048  # events between stored states; state_at() replays at most this many
-_AUTO_PROGRESS_EVENTS = 50_000  # show a progress bar by default from this many events on
 
 
 class _Block:
@@ -365,16 +365,6 @@ class _State:
         return st
 
 
-def _progress(total: int, progress: bool | None, desc: str) -> Any:
-    if progress is None:
-        progress = total >= _AUTO_PROGRESS_EVENTS
-    if not progress:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit="ev", unit_scale=True, leave=False)
-
-
 class SnapshotHistory:
     """The allocator state at every event of a recorded snapshot, rebuilt from its ``device_traces``.
 
@@ -534,7 +524,7 @@ class SnapshotHistory:
         times = array("q", bytes(8 * n)) if has_time else None
         code_of = _CODE.get
         other = _CODE["other"]
-        bar = _progress(n, progress, "rebuilding history")
+        bar = progress_bar(n, progress, "rebuilding history")
         apply = self._apply
         for i, e in enumerate(events):
             if i % _CHECKPOINT_EVERY == 0:

@@ -20,8 +20,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import SnapshotError
-from .history import ACTIONS, SnapshotHistory, _progress
+from memviz.errors import InputError, InputTypeError, SnapshotError
+from memviz.sim import CachingAllocator, Op, OutOfMemoryError, fraction_for_cap
+from memviz.sim import replay as replay_ops
+from memviz.sim.limits import MAX_DEVICE_BYTES, check_bytes, check_fraction
+from memviz.sim.replay import FREE, MALLOC, PROBE
+
+from .history import ACTIONS, SnapshotHistory
+from .progress import progress_bar
 
 __all__ = [
     "FidelityReport",
@@ -33,8 +39,7 @@ __all__ = [
 ]
 
 MiB = 1 << 20
-UNLIMITED_DEVICE_BYTES = 1 << 50  # default simulated device: 1 PiB, so only a cap can cause an OOM
-_ALLOC, _FREE, _OOM = 0, 1, 2
+UNLIMITED_DEVICE_BYTES = MAX_DEVICE_BYTES  # default simulated device: 16 TiB, so only a cap can cause an OOM
 _REQUEST_CODES = (ACTIONS.index("alloc"), ACTIONS.index("free_completed"), ACTIONS.index("oom"))
 
 
@@ -43,13 +48,14 @@ def _as_history(source: Any, progress: bool | None) -> SnapshotHistory:
 
 
 def _fraction(device_total_bytes: int, cap_bytes: int | None, memory_fraction: float | None) -> float | None:
+    """The memory fraction of a what-if device: from ``cap_bytes`` (exact, see :func:`fraction_for_cap`) or given."""
     if cap_bytes is not None and memory_fraction is not None:
-        raise ValueError("give cap_bytes or memory_fraction, not both")
+        raise InputError("give cap_bytes or memory_fraction, not both")
     if cap_bytes is not None:
-        if not 0 < cap_bytes <= device_total_bytes:
-            raise ValueError(f"cap_bytes must be in (0, device_total_bytes={device_total_bytes}], got {cap_bytes}")
-        return cap_bytes / device_total_bytes
-    return memory_fraction
+        cap_bytes = check_bytes(cap_bytes, "cap_bytes", low=1, high=device_total_bytes,
+                                why="a cap lies between 1 byte and the device's size (device_total_bytes)")
+        return fraction_for_cap(cap_bytes, device_total_bytes)
+    return None if memory_fraction is None else check_fraction(memory_fraction, "memory_fraction")
 
 
 @dataclass
@@ -118,31 +124,29 @@ class ReplayResult:
         }
 
 
-def _compile(history: SnapshotHistory) -> tuple[list[int], list[int], list[int], list[int]]:
-    """Return (kind, key, size, event index) lists: the requests to replay, in order."""
-    kinds: list[int] = []
-    keys: list[int] = []
-    sizes: list[int] = []
+def _compile(history: SnapshotHistory) -> tuple[list[Op], list[int]]:
+    """Return the requests to replay, in order, and the event index of each (-1: live at the start).
+
+    Keys are the recorded addresses: a ``free_completed`` frees what the ``alloc`` at its address got.
+    A recorded ``oom`` becomes a probe: its request, freed at once if it fits.
+    """
+    ops: list[Op] = []
     where: list[int] = []
     for b in history.initial_blocks:
-        kinds.append(_ALLOC)
-        keys.append(b.address)
-        sizes.append(b.requested_size)
+        ops.append(Op(MALLOC, b.address, b.requested_size))
         where.append(-1)
     for i, e in enumerate(history.events):
         action = e["action"]
         if action == "alloc":
-            kinds.append(_ALLOC)
+            ops.append(Op(MALLOC, e["addr"], e["size"]))
         elif action == "free_completed":
-            kinds.append(_FREE)
+            ops.append(Op(FREE, e["addr"]))
         elif action == "oom":
-            kinds.append(_OOM)
+            ops.append(Op(PROBE, None, e["size"]))
         else:
             continue
-        keys.append(e.get("addr", 0))
-        sizes.append(e["size"])
         where.append(i)
-    return kinds, keys, sizes, where
+    return ops, where
 
 
 def replay(
@@ -176,65 +180,58 @@ def replay(
 
     Runtime complexity: O(n) simulator calls for n recorded events.
     """
-    from memviz.sim import CachingAllocator, OutOfMemoryError
-
     history = _as_history(source, progress)
-    total = device_total_bytes if device_total_bytes is not None else UNLIMITED_DEVICE_BYTES
+    total = UNLIMITED_DEVICE_BYTES if device_total_bytes is None else check_bytes(
+        device_total_bytes, "device_total_bytes", low=1, high=MAX_DEVICE_BYTES,
+        why="the simulator models devices of up to 16 TiB")
     fraction = _fraction(total, cap_bytes, memory_fraction)
+    if not isinstance(alloc_conf, str):
+        raise InputTypeError(f"alloc_conf must be a PYTORCH_CUDA_ALLOC_CONF string, not {type(alloc_conf).__name__}")
     sim = CachingAllocator(total, fraction, alloc_conf, context_bytes=context_bytes,
                            record_history=record_history)
-    kinds, keys, sizes, where = _compile(history)
+    ops, where = _compile(history)
     n_events = len(history.events)
     reserved = array("q", bytes(8 * n_events)) if timeline else None
     allocated = array("q", bytes(8 * n_events)) if timeline else None
-    live: dict[int, int] = {}  # recorded address -> simulator address
-    ooms: list[int] = []
     avoided: list[int] = []
-    malloc, free = sim.malloc, sim.free
     mem_reserved, mem_allocated = sim.memory_reserved, sim.memory_allocated
-    peak_seen = -1
-    frag_at_peak = 0.0
-    bar = _progress(len(kinds), progress, f"replaying {name or alloc_conf or 'default'}")
+    bar = progress_bar(len(ops), progress, f"replaying {name or alloc_conf or 'default'}")
     step = 4096
-    last_event = 0
-    prev_r = prev_a = 0
-    start = time.perf_counter()
-    for j, kind in enumerate(kinds):
+    # what on_step keeps between calls: the peak seen and the share unallocated there, the next event
+    # to fill in the timeline, and the totals after the previous request
+    seen = {"peak": -1, "frag_at_peak": 0.0, "next": 0, "r": 0, "a": 0}
+
+    def on_step(j: int, op: Op, oom: OutOfMemoryError | None) -> None:
         if bar is not None and j % step == 0 and j:
             bar.update(step)
-        if kind == _ALLOC:
-            try:
-                live[keys[j]] = malloc(sizes[j])
-            except OutOfMemoryError:
-                ooms.append(where[j])
-        elif kind == _FREE:
-            ptr = live.pop(keys[j], None)
-            if ptr is not None:
-                free(ptr)
-        else:
-            try:
-                free(malloc(sizes[j]))
-                avoided.append(where[j])
-            except OutOfMemoryError:
-                ooms.append(where[j])
+        if op.kind == PROBE and oom is None:
+            avoided.append(where[j])
         r = mem_reserved()
-        if r > peak_seen:
-            peak_seen = r
-            frag_at_peak = (r - mem_allocated()) / r if r else 0.0
+        if r > seen["peak"]:
+            seen["peak"] = r
+            seen["frag_at_peak"] = (r - mem_allocated()) / r if r else 0.0
         i = where[j]
-        if timeline and i >= 0:
-            assert reserved is not None and allocated is not None
-            for k in range(last_event, i):  # events between requests change nothing in the simulator
+        if i < 0:
+            return
+        if reserved is not None and allocated is not None:
+            prev_r, prev_a = seen["r"], seen["a"]
+            for k in range(seen["next"], i):  # events between requests change nothing in the simulator
                 reserved[k] = prev_r
                 allocated[k] = prev_a
-            prev_r = reserved[i] = r
-            prev_a = allocated[i] = mem_allocated()
-            last_event = i + 1
-        if _probe is not None and i >= 0:
+            seen["r"] = reserved[i] = r
+            seen["a"] = allocated[i] = mem_allocated()
+            seen["next"] = i + 1
+        if _probe is not None:
             _probe(i, sim)
+
+    start = time.perf_counter()
+    outcome = replay_ops(ops, sim, on_step)
     seconds = time.perf_counter() - start
+    ooms = [where[j] for j in outcome.oom_steps]
+    frag_at_peak = seen["frag_at_peak"]
+    last_event = seen["next"]
     if bar is not None:
-        bar.update(len(kinds) - bar.n)
+        bar.update(len(ops) - bar.n)
         bar.close()
     if timeline and reserved is not None and allocated is not None:
         r, a = mem_reserved(), mem_allocated()
@@ -244,7 +241,7 @@ def replay(
     stats = sim.memory_stats()
     final_r, final_a = stats["reserved_bytes.all.current"], stats["allocated_bytes.all.current"]
     largest_free = 0
-    for seg in _segments_quietly(sim):
+    for seg in sim.segments():
         for b in seg["blocks"]:
             if b["state"] == "inactive" and b["size"] > largest_free:
                 largest_free = b["size"]
@@ -271,13 +268,6 @@ def replay(
         seconds=seconds,
         allocator=sim,
     )
-
-
-def _segments_quietly(sim: Any) -> list[dict[str, Any]]:
-    """``sim.snapshot()["segments"]`` without leaving a ``snapshot`` entry in the simulator's trace."""
-    from memviz.sim.snapshot import build_snapshot
-
-    return build_snapshot(sim)["segments"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -372,7 +362,7 @@ def check_fidelity(
         if i in sample_set:
             sample_set.discard(i)
             state["compared"] += 1
-            if _signature(_segments_quietly(sim)) == _signature(history.state_at(i)):
+            if _signature(sim.segments()) == _signature(history.state_at(i)):
                 state["matching"] += 1
             elif state["first"] is None:
                 state["first"] = i
@@ -476,10 +466,15 @@ def what_if(
 
     Raises:
         SnapshotError: the snapshot has no ``device_traces`` to replay.
+        InputTypeError / InputError: ``configs`` is a single string, or a device size, cap or fraction of the
+            wrong type or out of range.
 
     >>> report = what_if("tests/data/snapshots/train_snapshot.pickle", progress=False)  # doctest: +SKIP
     >>> print(report.table())  # doctest: +SKIP
     """
+    if isinstance(configs, str):
+        raise InputTypeError("configs must be a list of PYTORCH_CUDA_ALLOC_CONF strings (or a mapping name -> string), "
+                             f"not the string {configs!r}: wrap it, configs=[{configs!r}]")
     history = _as_history(source, progress)
     if not history.events:
         raise SnapshotError("the snapshot has no device_traces to replay; record it with "

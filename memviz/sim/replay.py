@@ -1,0 +1,135 @@
+"""Replay a sequence of allocator ops: the one loop behind every what-if, benchmark and golden check.
+
+An :class:`Op` is one call a program makes on the allocator: ``malloc`` (with the key the program
+uses to free it later), ``free`` (of a key), ``empty_cache``, or ``probe`` (a ``malloc`` that is
+freed at once: a recorded OOM request retried, to see whether it would fit). :func:`replay` runs ops
+through any :class:`~memviz.sim.CachingAllocator` and maps keys to the addresses it hands out, so a
+trace recorded on one allocator (real or simulated) replays on another whatever addresses either uses.
+
+This is the stable, public way to drive the simulator with a workload (``memviz.oom``,
+``memviz.snapshots.whatif``, the predictor, ``benchmarks/bench_sim.py`` and the golden tests use it)::
+
+    >>> from memviz.sim import CachingAllocator, Op, replay
+    >>> ops = [Op("malloc", 0, 6 << 20), Op("malloc", 1, 6 << 20), Op("free", 0), Op("empty_cache")]
+    >>> a = CachingAllocator(16 << 30)
+    >>> outcome = replay(ops, a)
+    >>> outcome.ooms, a.memory_reserved() >> 20
+    (0, 20)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, NamedTuple
+
+from memviz.errors import InputError, OutOfMemoryError
+
+if TYPE_CHECKING:
+    from .allocator import CachingAllocator
+
+__all__ = ["EMPTY_CACHE", "FREE", "MALLOC", "OP_KINDS", "PROBE", "Op", "ReplayOutcome", "replay"]
+
+MALLOC, FREE, EMPTY_CACHE, PROBE = "malloc", "free", "empty_cache", "probe"
+OP_KINDS = (MALLOC, FREE, EMPTY_CACHE, PROBE)
+
+
+class Op(NamedTuple):
+    """One allocator call of a workload.
+
+    Attributes:
+        kind: ``"malloc"``, ``"free"``, ``"empty_cache"`` or ``"probe"`` (:data:`OP_KINDS`).
+        key: names the allocation: a ``malloc``'s key is what a later ``free`` gives (None: the
+            allocation is never freed by the workload, e.g. a request that ran out of memory).
+        size_bytes: the request of a ``malloc`` or ``probe``, unrounded (0 for the other kinds).
+
+    A tuple, so ``kind, key, size = op`` works and a list of ops costs no more than tuples.
+    """
+
+    kind: str
+    key: int | None = None
+    size_bytes: int = 0
+
+
+@dataclass
+class ReplayOutcome:
+    """What :func:`replay` saw.
+
+    Attributes:
+        steps: ops replayed.
+        ooms: ``malloc`` / ``probe`` ops that raised :class:`~memviz.sim.OutOfMemoryError`.
+        oom_steps: their positions in the op sequence.
+        last_ok: whether the last ``malloc`` / ``probe`` succeeded (True when there was none).
+        live: key → address of the allocations still live at the end.
+    """
+
+    steps: int = 0
+    ooms: int = 0
+    oom_steps: list[int] = field(default_factory=list)
+    last_ok: bool = True
+    live: dict[int, int] = field(default_factory=dict)
+
+
+def replay(ops: Iterable[Op], allocator: CachingAllocator,
+           on_step: Callable[[int, Op, OutOfMemoryError | None], None] | None = None) -> ReplayOutcome:
+    """Run ``ops`` through ``allocator`` in order and return what happened.
+
+    A ``free`` of a key that is not live (never allocated, its ``malloc`` ran out of memory, or
+    already freed) is skipped: the recorded program freed memory this allocator never gave it.
+
+    Args:
+        ops: the workload, as :class:`Op` tuples (any iterable; it is read once).
+        allocator: a :class:`~memviz.sim.CachingAllocator`; its state before the replay is kept.
+        on_step: called after every op as ``on_step(step, op, oom)``: ``oom`` is the
+            :class:`~memviz.sim.OutOfMemoryError` of a ``malloc`` or ``probe`` that ran out of memory, else
+            None (default: None). Read the allocator's state from there; an exception it raises stops
+            the replay.
+
+    Raises:
+        InputError: an op of an unknown kind (the ops before it have run).
+
+    Runtime complexity: one allocator call per op, plus O(1) bookkeeping.
+    """
+    out = ReplayOutcome()
+    live = out.live
+    oom_steps = out.oom_steps
+    malloc, free, empty_cache = allocator.malloc, allocator.free, allocator.empty_cache
+    last_ok = True
+    oom: OutOfMemoryError | None = None
+    step = -1
+    for step, op in enumerate(ops):
+        kind, key, size = op
+        if kind == MALLOC:
+            try:
+                address = malloc(size)
+            except OutOfMemoryError as error:
+                oom, last_ok = error, False
+                oom_steps.append(step)
+            else:
+                oom, last_ok = None, True
+                if key is not None:
+                    live[key] = address
+        elif kind == FREE:
+            oom = None
+            address = live.pop(key, None)
+            if address is not None:
+                free(address)
+        elif kind == EMPTY_CACHE:
+            oom = None
+            empty_cache()
+        elif kind == PROBE:
+            try:
+                free(malloc(size))
+            except OutOfMemoryError as error:
+                oom, last_ok = error, False
+                oom_steps.append(step)
+            else:
+                oom, last_ok = None, True
+        else:
+            raise InputError(f"ops[{step}]: kind {kind!r} is not an op kind; use one of {', '.join(OP_KINDS)}")
+        if on_step is not None:
+            on_step(step, op, oom)
+    out.steps = step + 1
+    out.ooms = len(oom_steps)
+    out.last_ok = last_ok
+    return out
