@@ -7,17 +7,81 @@ Parts, one module each:
 - :mod:`memviz.lab` — :class:`Lab`: named tensors, actions, events, OOM as data.
 - :mod:`memviz.widgets` — live gauges, timeline, segment map and controls; :func:`dashboard`.
 - :mod:`memviz.snapshots` — load, scrub, replay and export PyTorch memory snapshots.
+
+Everything a lesson uses is importable from here (``__all__``; tests/test_exported_members.py locks it).
+The widget names (``dashboard``, ``SnapshotViewer``, ``WhatIfTable``) load :mod:`memviz.widgets` on first
+use, so ``import memviz`` imports neither ipywidgets, plotly nor torch.
 """
 
+from __future__ import annotations
+
+from importlib import import_module, metadata
+from typing import Any
+
+from memviz.backends import cuda_available
+from memviz.compare import compare_configs
+from memviz.errors import InputError, MemvizError, OutOfMemoryError, SnapshotError
+from memviz.glossary import FAMILIES, stats_table
 from memviz.lab import Lab
+from memviz.layout import segment_table
+from memviz.shapes import tensor_request
+from memviz.sim import RECORDED_CONFIGS
+from memviz.snapshots import SnapshotHistory, dump_snapshot, dumps_snapshot, load_snapshot, what_if
+from memviz.timing import cache_timings, recorded_h200
+from memviz.units import format_bytes
 
-__all__ = ["Lab", "__version__", "dashboard"]
+__all__ = [
+    "FAMILIES",
+    "RECORDED_CONFIGS",
+    "InputError",
+    "Lab",
+    "MemvizError",
+    "OutOfMemoryError",
+    "SnapshotError",
+    "SnapshotHistory",
+    "SnapshotViewer",
+    "WhatIfTable",
+    "__version__",
+    "cache_timings",
+    "compare_configs",
+    "cuda_available",
+    "dashboard",
+    "dump_snapshot",
+    "dumps_snapshot",
+    "format_bytes",
+    "load_snapshot",
+    "recorded_h200",
+    "segment_table",
+    "stats_table",
+    "tensor_request",
+    "what_if",
+]
 
-__version__ = "0.1.0"
+_LAZY = {"dashboard": "memviz.widgets", "SnapshotViewer": "memviz.widgets", "WhatIfTable": "memviz.widgets"}
+"""Names whose module imports ipywidgets and plotly: loaded on first access (PEP 562)."""
 
 
-def dashboard(lab: Lab | None = None, **lab_kwargs):
-    """The whole dashboard (gauges, timeline, segment map, controls, log) on ``lab`` or a new ``Lab(**lab_kwargs)``."""
-    from memviz.widgets import dashboard as make
+def _version() -> str:
+    """The installed distribution's version: the one that provides this package, whatever it is named."""
+    try:
+        return metadata.version(__name__)
+    except metadata.PackageNotFoundError:
+        for dist in metadata.packages_distributions().get(__name__, ()):
+            return metadata.version(dist)
+    return "0+unknown"  # a source tree that was never installed (pip install -e . installs it)
 
-    return make(lab, **lab_kwargs)
+
+__version__ = _version()
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

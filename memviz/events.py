@@ -9,9 +9,9 @@ from memviz.fragmentation import Fragmentation
 from memviz.shapes import Request
 from memviz.units import format_bytes
 
-__all__ = ["ACTIONS", "Event", "OOMRecord"]
+__all__ = ["LAB_ACTIONS", "Event", "OOMRecord"]
 
-ACTIONS = ("allocate", "free", "gc", "empty_cache", "reset_peak", "reset_stats", "observe")
+LAB_ACTIONS = ("allocate", "free", "gc", "empty_cache", "reset_peak", "reset_stats", "observe")
 """Every ``Event.action``; ``"observe"`` marks memory that changed outside the lab (plain notebook code)."""
 
 
@@ -52,7 +52,7 @@ class Event:
     Attributes:
         index: position in ``lab.events`` (0-based).
         time_s: seconds since the lab started.
-        action: one of :data:`ACTIONS`.
+        action: one of :data:`LAB_ACTIONS`.
         ok: False when an allocation ran out of memory (see ``oom``).
         names: tensors allocated or freed.
         nbytes: bytes requested by the tensors allocated, or held by the tensors freed.

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from memviz.lab import Lab
 
-__all__ = ["compare", "lab_script"]
+__all__ = ["compare_labs", "lab_script"]
 
 
 def lab_script(lab: Lab, seed: int = 0) -> None:
@@ -56,7 +56,7 @@ def lab_script(lab: Lab, seed: int = 0) -> None:
     lab.empty_cache()
 
 
-def compare(first: Lab, second: Lab, script: Callable[[Lab], None] = lab_script) -> dict:
+def compare_labs(first: Lab, second: Lab, script: Callable[[Lab], None] = lab_script) -> dict:
     """Run ``script`` on both labs; report each action whose stats or outcome differ."""
     script(first)
     script(second)
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
 
     twin = SimulatedDevice(f"{first.backend.device_name} (simulated)", first.backend.total_memory_bytes)
     second = Lab("sim", device=twin, cap=args.cap, alloc_conf=conf)
-    report = compare(first, second, lambda lab: lab_script(lab, args.seed))
+    report = compare_labs(first, second, lambda lab: lab_script(lab, args.seed))
     json.dump(report, sys.stdout, indent=1)
     print()
     return 0 if not report["diffs"] and not report["oom_leaks"] else 1

@@ -12,11 +12,11 @@ import sys
 import pytest
 
 from memviz.backends import cuda_available
+from memviz.sim import RECORDED_CONFIGS
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU")]
 
-CONFIGS = ["", "expandable_segments:True", "max_split_size_mb:64",
-           "garbage_collection_threshold:0.6,max_split_size_mb:128", "roundup_power2_divisions:4"]  # fmt: skip
+CONFIGS = RECORDED_CONFIGS  # the five configs of the golden traces
 
 
 @pytest.mark.parametrize("conf", CONFIGS, ids=lambda c: c or "default")

@@ -28,7 +28,7 @@ def test_auto_says_it_uses_the_simulator_without_a_gpu():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     lab = Lab()
-    assert lab.backend.kind == "simulated"
+    assert lab.backend.kind == "sim"
     assert lab.describe().startswith("simulator (memviz.sim): Tesla T4")
     assert "simulator" in repr(lab)
 

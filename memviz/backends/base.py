@@ -36,10 +36,10 @@ class DriverMemory:
 
 
 class Backend(ABC):
-    """One device's caching allocator, real (``kind == "cuda"``) or simulated (``kind == "simulated"``).
+    """One device's caching allocator, real (``kind == "cuda"``) or simulated (``kind == "sim"``).
 
     Attributes:
-        kind: ``"cuda"`` or ``"simulated"``.
+        kind: ``"cuda"`` or ``"sim"``: the name ``Lab(backend=...)`` takes for it.
         device_name: e.g. ``"NVIDIA H200"``.
         total_memory_bytes: the device's total memory.
         oom_errors: exception types an allocation raises when the allocator runs out of memory.

@@ -51,7 +51,7 @@ class SimulatedBackend(Backend):
         alloc_conf: allocator settings in ``PYTORCH_CUDA_ALLOC_CONF`` syntax; ``""`` for the defaults.
     """
 
-    kind = "simulated"
+    kind = "sim"
     oom_errors = (OutOfMemoryError,)
 
     def __init__(

@@ -13,20 +13,20 @@ All sizes are bytes.
 
 from .errors import SnapshotError
 from .export import dump_snapshot, dumps_snapshot, to_snapshot
-from .history import ACTIONS, InitialBlock, SnapshotHistory, Timeline, compare_segments
+from .history import TRACE_ACTION_CODES, HistoryTimeline, InitialBlock, SnapshotHistory, compare_segments
 from .load import load_snapshot, loads_snapshot, validate_snapshot
 from .settings import RecordedSettings, alloc_conf_from_settings, settings_from_snapshot
 from .whatif import FidelityReport, ReplayResult, WhatIfReport, check_fidelity, replay, what_if
 
 __all__ = [
-    "ACTIONS",
+    "TRACE_ACTION_CODES",
     "FidelityReport",
+    "HistoryTimeline",
     "InitialBlock",
     "RecordedSettings",
     "ReplayResult",
     "SnapshotError",
     "SnapshotHistory",
-    "Timeline",
     "WhatIfReport",
     "alloc_conf_from_settings",
     "check_fidelity",

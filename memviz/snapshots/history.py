@@ -29,12 +29,12 @@ from .load import TRACE_ACTIONS, load_snapshot
 from .progress import progress_bar
 from .settings import SMALL_BUFFER, SMALL_SIZE, RecordedSettings, settings_from_snapshot
 
-__all__ = ["ACTIONS", "InitialBlock", "SnapshotHistory", "Timeline"]
+__all__ = ["TRACE_ACTION_CODES", "HistoryTimeline", "InitialBlock", "SnapshotHistory"]
 
-#: Action codes used by :attr:`Timeline.action` (index into this tuple): the trace actions the loader knows
+#: Action codes used by :attr:`HistoryTimeline.action` (index into this tuple): the trace actions the loader knows
 #: (``annotate`` carries no memory), then ``other`` for anything else.
-ACTIONS = (*(a for a in TRACE_ACTIONS if a != "annotate"), "other")
-_CODE = {name: i for i, name in enumerate(ACTIONS)}
+TRACE_ACTION_CODES = (*(a for a in TRACE_ACTIONS if a != "annotate"), "other")
+_CODE = {name: i for i, name in enumerate(TRACE_ACTION_CODES)}
 _SEGMENT_CODES = (_CODE["segment_alloc"], _CODE["segment_free"], _CODE["segment_map"], _CODE["segment_unmap"])
 _ALLOCATED, _PENDING, _INACTIVE = "active_allocated", "active_pending_free", "inactive"
 _CHECKPOINT_EVERY = 2048  # events between stored states; state_at() replays at most this many
@@ -78,7 +78,7 @@ class InitialBlock:
 
 
 @dataclass(frozen=True)
-class Timeline:
+class HistoryTimeline:
     """Per-event memory totals, for a timeline plot or a slider; arrays of length ``len(history)``.
 
     Entry ``i`` is the value right after event ``i``. The arrays are ``array.array("q")`` (int64 bytes,
@@ -89,7 +89,7 @@ class Timeline:
         active_bytes: allocated plus blocks freed but pending on another stream.
         requested_bytes: sum of the unrounded requests of active blocks.
         reserved_bytes: sum of segment sizes (``memory_reserved()``).
-        action: the event's action as an index into :data:`ACTIONS` (``array('B')``).
+        action: the event's action as an index into :data:`TRACE_ACTION_CODES` (``array('B')``).
         time_us: the event's ``time_us`` (µs since the epoch), or None if the trace has none.
         oom_indices: indices of ``oom`` events.
         segment_indices: indices of ``segment_alloc``/``segment_free``/``segment_map``/``segment_unmap``.
@@ -404,7 +404,7 @@ class SnapshotHistory:
         self.initial_blocks: list[InitialBlock] = self._initial_blocks()
         self._checkpoints: list[tuple] = []
         self.anomalies: list[str] = []
-        self.timeline: Timeline = self._play(progress)
+        self.timeline: HistoryTimeline = self._play(progress)
 
     def __len__(self) -> int:
         return len(self.events)
@@ -509,7 +509,7 @@ class SnapshotHistory:
 
     # ------------------------------------------------------------------------------------------
     # Forwards
-    def _play(self, progress: bool | None) -> Timeline:
+    def _play(self, progress: bool | None) -> HistoryTimeline:
         events = self.events
         n = len(events)
         st = _State.thaw(self._initial, self.settings)
@@ -546,7 +546,7 @@ class SnapshotHistory:
         self.anomalies = st.anomalies
         self._resolve_unknown(st)
         self._final_state = st
-        return Timeline(
+        return HistoryTimeline(
             allocated_bytes=allocated, active_bytes=active, requested_bytes=requested,
             reserved_bytes=reserved, action=codes, time_us=times,
             oom_indices=[i for i, c in enumerate(codes) if c == _CODE["oom"]],

@@ -26,7 +26,7 @@ from memviz.sim import replay as replay_ops
 from memviz.sim.limits import MAX_DEVICE_BYTES, check_bytes, check_fraction
 from memviz.sim.replay import FREE, MALLOC, PROBE
 
-from .history import ACTIONS, SnapshotHistory
+from .history import TRACE_ACTION_CODES, SnapshotHistory
 from .progress import progress_bar
 
 __all__ = [
@@ -40,7 +40,7 @@ __all__ = [
 
 MiB = 1 << 20
 UNLIMITED_DEVICE_BYTES = MAX_DEVICE_BYTES  # default simulated device: 16 TiB, so only a cap can cause an OOM
-_REQUEST_CODES = (ACTIONS.index("alloc"), ACTIONS.index("free_completed"), ACTIONS.index("oom"))
+_REQUEST_CODES = tuple(TRACE_ACTION_CODES.index(a) for a in ("alloc", "free_completed", "oom"))
 
 
 def _as_history(source: Any, progress: bool | None) -> SnapshotHistory:
