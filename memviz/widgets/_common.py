@@ -163,10 +163,17 @@ class Piece:
     def _draw(self, stats: Mapping[str, int], segments: list[dict] | None) -> None:
         raise NotImplementedError("The '_draw' method must be implemented.")
 
-    def set_lab(self, lab: Lab) -> None:
-        """Show another lab (the dashboard's backend switch makes a fresh one)."""
+    def set_lab(self, lab: Lab, *, refresh: bool = True) -> None:
+        """Show another lab (the dashboard's backend switch makes a fresh one): forget what was drawn of the
+        old one, then redraw (``refresh=False``: the caller refreshes, as the dashboard does once for all)."""
         self.lab = lab
-        self.refresh()
+        self._seen_events = -1
+        self._forget()
+        if refresh:
+            self.refresh()
+
+    def _forget(self) -> None:
+        """Drop what the piece keeps about its lab's past (a piece that caches something overrides this)."""
 
     def watch(self) -> Piece:
         """Refresh after every notebook cell (IPython ``post_run_cell``); ``close()`` stops it."""
