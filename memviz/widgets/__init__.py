@@ -7,13 +7,14 @@ piece also works alone in a lesson (``SegmentMap(lab)``, ``MemoryGauges(lab)``, 
 under other allocator configs.
 """
 
-from memviz.widgets.controls import CONFIG_PRESETS, Controls
+from memviz.widgets.backend_panel import CONFIG_PRESETS
+from memviz.widgets.controls import Controls
 from memviz.widgets.dashboard import Dashboard, dashboard
 from memviz.widgets.event_log import EventLog, OOMBanner
 from memviz.widgets.gauges import MemoryGauges
 from memviz.widgets.live import CellHook
-from memviz.widgets.segment_map import SegmentMap, segment_bars
-from memviz.widgets.snapshot_viewer import SnapshotViewer, StateMap
+from memviz.widgets.segment_map import SegmentMap, StateMap, segment_bars
+from memviz.widgets.snapshot_viewer import SnapshotViewer
 from memviz.widgets.timeline import Timeline
 from memviz.widgets.whatif_table import WhatIfTable, what_if_widget
 

@@ -43,7 +43,7 @@ from memviz.widgets.figure import Figure
 if TYPE_CHECKING:
     from memviz.lab import Lab
 
-__all__ = ["CATEGORIES", "SegmentMap", "segment_bars"]
+__all__ = ["CATEGORIES", "SegmentMap", "StateMap", "segment_bars"]
 
 CATEGORIES = (  # (key, legend name, colour)
     ("live", "live tensor", "#1f77b4"),
@@ -51,7 +51,7 @@ CATEGORIES = (  # (key, legend name, colour)
     ("releasable", "free, releasable by empty_cache()", "#2ca02c"),
 )
 LIVE_STATES = ("active_allocated", "active_pending_free")
-MAX_TICK_LABELS = 40  # above this many segments the y axis shows plain row numbers
+MIN_LABELLED_ROW_PX = 14  # rows thinner than this get plain row numbers on the y axis, not one label each
 TRACE_NAMES = (*(label for _, label, _ in CATEGORIES), "block edges")
 SVG_MAX_BLOCKS = 500  # up to this many blocks the map is SVG, above it WebGL (see the module docstring)
 
@@ -114,26 +114,31 @@ def segment_bars(segments: list[Mapping], names: Mapping[int, str] | None = None
     return out
 
 
-class SegmentMap(Piece):
-    """Every segment of the cache, its blocks coloured by state (see the module docstring).
+class StateMap:
+    """The map of any segments list (a lab's, or a snapshot's state at an event): see the module docstring.
 
     ``widget`` shows ``fig`` above ``legend`` (static HTML). ``traces`` are the four traces drawn now
     (``fig.data[0:4]`` in SVG, ``fig.data[4:8]`` in WebGL): ``traces[i]`` draws ``CATEGORIES[i]``, for each
     block the points ``(start, row), (end, row), NaN`` (x in MiB, exact) and the hover text of the block at
     both ends; ``traces[3]`` the block edges. ``bars`` holds the exact ints as drawn last (see
     :func:`segment_bars`). ``svg_max_blocks`` (default ``SVG_MAX_BLOCKS``) is where SVG gives way to WebGL.
+
+    The figure's height grows with the segments, ``row_px`` a row, up to ``max_height`` px (default 440, so
+    the axis and the legend stay in view): beyond that the rows get thinner, down to a line each. Its width
+    follows the page. An empty cache shows "no segments" instead of a bare axis.
+
+    Args:
+        row_px: height of a row while the map is below ``max_height`` (default 22).
+        max_height: the figure's height cap in px (default 440).
     """
 
-    needs_segments = True
-
-    def __init__(self, lab: Lab, *, row_px: int = 22, max_height: int = 700) -> None:
-        super().__init__(lab)
+    def __init__(self, *, row_px: int = 22, max_height: int = 440) -> None:
         self.row_px, self.max_height = row_px, max_height
         self.svg_max_blocks = SVG_MAX_BLOCKS
         self.fig = Figure(
             _traces(go.Scatter) + _traces(go.Scattergl, visible=False),
             layout={
-                "height": 200, "margin": {"l": 150, "r": 10, "t": 30, "b": 40},
+                "height": 200, "autosize": True, "margin": {"l": 160, "r": 24, "t": 30, "b": 44},
                 "title": {"text": "segments and blocks", "font": {"size": 13}},
                 "xaxis": {"title": {"text": "offset in segment (MiB)"}, "rangemode": "tozero", "zeroline": False,
                           **FIXED_AXIS},
@@ -145,11 +150,10 @@ class SegmentMap(Piece):
         )  # fmt: skip
         self.fig.add_class("memviz-segment-map")
         self.legend = legend([(label, line_swatch(color, 8)) for _, label, color in CATEGORIES])
-        self.widget = W.VBox([self.fig, self.legend])
+        self.widget = W.VBox([self.fig, self.legend], layout=W.Layout(width="100%"))
         self.bars: dict[str, dict[str, list]] = {}
         self._drawn_key: object = None
         self._shown = 0  # index of the first trace drawn now: 0 (SVG) or 4 (WebGL)
-        self.refresh()
 
     @property
     def webgl(self) -> bool:
@@ -161,34 +165,32 @@ class SegmentMap(Piece):
         """The four traces drawn now: one per category in ``CATEGORIES`` order, then the block edges."""
         return self.fig.data[self._shown : self._shown + len(TRACE_NAMES)]
 
-    def tensor_names(self) -> dict[int, str]:
-        """Block address -> name, for the lab's tensors (``data_ptr()`` is the block's address)."""
-        names = {}
-        for name, entry in self.lab.tensors.items():
-            try:
-                names[entry.tensor.data_ptr()] = name
-            except (AttributeError, RuntimeError):  # not a tensor with a device pointer
-                continue
-        return names
-
-    def _draw(self, stats: Mapping[str, int], segments: list[dict] | None) -> None:
-        segments = segments or []
-        key = (
-            tuple((b["address"], b["size"], b["state"]) for s in segments for b in s["blocks"]),
-            tuple(self.lab.tensors),
-        )
+    def show(self, segments: list[Mapping], names: Mapping[int, str] | None = None) -> None:
+        """Draw ``segments`` (``_snapshot()["segments"]``-shaped) with ``names`` (block address -> label) in
+        the hover; nothing is sent when neither changed since the last draw."""
+        names = names or {}
+        key = (tuple((b["address"], b["size"], b["state"]) for s in segments for b in s["blocks"]), names)
         if key == self._drawn_key:  # nothing moved (gc with nothing to collect, reset_peak, ...)
             return
         self._drawn_key = key
-        bars = segment_bars(segments, self.tensor_names())
+        self._draw(segments, names)
+
+    def forget(self) -> None:
+        """Redraw on the next :meth:`show` even if the segments look the same."""
+        self._drawn_key = None
+
+    def _draw(self, segments: list[Mapping], names: Mapping[int, str]) -> None:
+        bars = segment_bars(segments, names)
         self.bars = bars
         webgl = sum(len(b["size"]) for b in bars.values()) > self.svg_max_blocks
         shown = len(TRACE_NAMES) if webgl else 0
         ordered = sorted(segments, key=lambda s: s["address"])
         n = len(ordered)
         layout_y: dict = {"autorange": False, "title": {"text": ""}, "zeroline": False, "showgrid": False,
-                          **FIXED_AXIS}
-        if n <= MAX_TICK_LABELS:
+                          "visible": n > 0, **FIXED_AXIS}  # fmt: skip
+        height = min(self.max_height, 110 + self.row_px * max(n, 2))
+        row_px = (height - 74) / max(n, 1)  # plot area over rows
+        if row_px >= MIN_LABELLED_ROW_PX:
             exp = {True: " (exp.)", False: ""}
             labels = [f"{s['segment_type']} {format_bytes(s['total_size'])}{exp[bool(s.get('is_expandable'))]}"
                       for s in ordered]  # fmt: skip
@@ -196,8 +198,6 @@ class SegmentMap(Piece):
         else:
             layout_y.update(tickmode="auto", tickvals=None, ticktext=None, title={"text": "segment #"},
                             range=[n - 0.5, -0.5])  # fmt: skip
-        height = min(self.max_height, 110 + self.row_px * max(n, 2))
-        row_px = (height - 70) / max(n, 1)  # plot area over rows
         width = max(1.0, min(18.0, 0.8 * row_px))
         edges_x: list = []
         edges_y: list = []
@@ -230,23 +230,76 @@ class SegmentMap(Piece):
                 restyle[k] += [v] * len(TRACE_NAMES)
             indexes += range(self._shown, self._shown + len(TRACE_NAMES))
             self._shown = shown
-        title = (
-            f"{n} segments, {sum(len(s['blocks']) for s in segments):,} blocks"
-            if n
-            else "no segments: the cache is empty"
-        )
+        title = f"{n} segments, {sum(len(s['blocks']) for s in segments):,} blocks" if n else "segments and blocks"
+        empty = [{"text": "no segments: the cache is empty (reserved 0 B)", "showarrow": False, "xref": "paper",
+                  "yref": "paper", "x": 0.5, "y": 0.5, "font": {"size": 13, "color": "#666"}}]  # fmt: skip
         # One Plotly.update for data and layout. plotly_update skips the per-element validation that trace
         # property setters (and batch_update) run: 40,000 points cost 0.2 s there, a few ms here.
-        relayout: dict = {"yaxis": layout_y, "title.text": title}
+        relayout: dict = {"yaxis": layout_y, "title.text": title, "xaxis.visible": n > 0}
         if height != self.fig.layout.height:  # a new height re-lays the whole figure out: only when it changes
             relayout["height"] = height
         self.fig.plotly_update(restyle_data=restyle, relayout_data=relayout, trace_indexes=indexes)
+        if bool(self.fig.layout.annotations) != (n == 0):  # the cache became empty, or stopped being empty
+            self.fig.layout.annotations = () if n else empty
 
     def drawn_bytes(self, category: str) -> int:
         """Bytes the figure draws for ``category`` (sum of its lines' lengths, back in bytes)."""
         trace = self.traces[[c for c, _, _ in CATEGORIES].index(category)]
         xs = () if trace.x is None else trace.x
         return round(sum((xs[i + 1] - xs[i]) * MiB for i in range(0, len(xs), 3)))
+
+
+class SegmentMap(Piece):
+    """The lab's segment map, live: a :class:`StateMap` (``map``) drawing ``lab.segments()`` with the lab's
+    tensor names in the hover. ``widget``, ``fig``, ``legend``, ``traces``, ``bars``, ``webgl`` and
+    ``drawn_bytes`` are the map's (see :class:`StateMap`)."""
+
+    needs_segments = True
+
+    def __init__(self, lab: Lab, *, row_px: int = 22, max_height: int = 440) -> None:
+        super().__init__(lab)
+        self.map = StateMap(row_px=row_px, max_height=max_height)
+        self.widget, self.fig, self.legend = self.map.widget, self.map.fig, self.map.legend
+        self.refresh()
+
+    @property
+    def svg_max_blocks(self) -> int:
+        return self.map.svg_max_blocks
+
+    @svg_max_blocks.setter
+    def svg_max_blocks(self, value: int) -> None:
+        self.map.svg_max_blocks = value
+
+    @property
+    def webgl(self) -> bool:
+        return self.map.webgl
+
+    @property
+    def traces(self) -> tuple:
+        return self.map.traces
+
+    @property
+    def bars(self) -> dict[str, dict[str, list]]:
+        return self.map.bars
+
+    def drawn_bytes(self, category: str) -> int:
+        return self.map.drawn_bytes(category)
+
+    def tensor_names(self) -> dict[int, str]:
+        """Block address -> name, for the lab's tensors (``data_ptr()`` is the block's address)."""
+        names = {}
+        for name, entry in self.lab.tensors.items():
+            try:
+                names[entry.tensor.data_ptr()] = name
+            except (AttributeError, RuntimeError):  # not a tensor with a device pointer
+                continue
+        return names
+
+    def _forget(self) -> None:
+        self.map.forget()
+
+    def _draw(self, stats: Mapping[str, int], segments: list[dict] | None) -> None:
+        self.map.show(segments or [], self.tensor_names())
 
 
 def _traces(kind: type, visible: bool = True) -> list:

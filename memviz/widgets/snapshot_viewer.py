@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import ipywidgets as W
@@ -26,8 +26,9 @@ import plotly.graph_objects as go
 from memviz.snapshots import ReplayResult, SnapshotError, SnapshotHistory
 from memviz.units import format_bytes
 from memviz.widgets._common import TEMPLATE, MiB, close_tree, escape, exact_bytes, guarded
+from memviz.widgets.downsample import envelope
 from memviz.widgets.figure import Figure
-from memviz.widgets.segment_map import LIVE_STATES, SegmentMap
+from memviz.widgets.segment_map import LIVE_STATES, StateMap
 
 __all__ = ["SnapshotViewer", "StateMap", "envelope", "event_text", "history_of"]
 
@@ -38,32 +39,6 @@ SERIES = (  # (name, Timeline attribute, colour, width, dash)
 )
 PLAY_FRAMES = 400  # the play button crosses the whole trace in about this many steps
 TIMELINE_BUCKETS = 2000  # a long trace is drawn as the first, last, min and max event of this many slices
-
-
-def envelope(values: np.ndarray, buckets: int = TIMELINE_BUCKETS) -> np.ndarray:
-    """Indices of the events that draw ``values`` faithfully at ``buckets`` pixels: in each of ``buckets``
-    equal slices of the trace, its first, last, lowest and highest event (sorted, each once).
-
-    Every peak and trough survives, so the drawn line has the exact envelope of the full series, while a
-    63,008-event trace costs at most ``4 * buckets`` points per line. Traces of up to ``4 * buckets`` events
-    are kept whole.
-
-    Runtime complexity: O(n).
-    """
-    n = len(values)
-    if n <= 4 * buckets:
-        return np.arange(n)
-    width = -(-n // buckets)
-    rows = -(-n // width)
-    padded = np.empty(rows * width, dtype=values.dtype)
-    padded[:n] = values
-    padded[n:] = values[-1]
-    grid = padded.reshape(rows, width)
-    starts = np.arange(rows) * width
-    picks = np.concatenate(
-        [starts, np.minimum(starts + width, n) - 1, starts + grid.argmin(axis=1), starts + grid.argmax(axis=1)]
-    )
-    return np.unique(np.minimum(picks, n - 1))
 
 
 def history_of(source: Any, *, device: int = 0, progress: bool | None = None) -> SnapshotHistory:
@@ -113,45 +88,6 @@ def event_text(history: SnapshotHistory, index: int) -> str:
         f"reserved {exact_bytes(tl.reserved_bytes[index])}, active {exact_bytes(tl.active_bytes[index])}"
     )
     return " ".join(parts) + "; " + after
-
-
-class _StateSource:
-    """Stands in for a :class:`~memviz.lab.Lab` so :class:`SegmentMap` draws a given segments list."""
-
-    tensors: Mapping[str, Any] = {}
-    events: Sequence[Any] = ()
-
-    def __init__(self) -> None:
-        self.shown: list[dict[str, Any]] = []
-
-    def stats(self) -> dict[str, int]:
-        return {}
-
-    def segments(self) -> list[dict[str, Any]]:
-        return self.shown
-
-
-class StateMap(SegmentMap):
-    """The lab's segment map drawing any segments list (a rebuilt snapshot state) instead of a live lab.
-
-    ``show(segments, names)`` redraws; ``names`` maps a live block's address to its hover label.
-    """
-
-    def __init__(self, **kwargs: Any) -> None:
-        self._names: dict[int, str] = {}
-        super().__init__(_StateSource(), **kwargs)  # type: ignore[arg-type]
-
-    def tensor_names(self) -> dict[int, str]:
-        return self._names
-
-    def show(self, segments: list[dict[str, Any]], names: Mapping[int, str] | None = None) -> None:
-        """Draw ``segments`` (``_snapshot()["segments"]``-shaped) with ``names`` in the hover."""
-        names = dict(names or {})
-        if names != self._names:
-            self._names = names
-            self._drawn_key = None
-        self.lab.shown = segments
-        self.refresh({}, segments)
 
 
 def _block_names(segments: list[dict[str, Any]]) -> dict[int, str]:
@@ -276,7 +212,7 @@ class SnapshotViewer:
 
     def _timeline_figure(self) -> go.FigureWidget:
         def line(values: np.ndarray, **kwargs: Any) -> go.Scattergl:
-            x = envelope(values)
+            x = envelope(values, TIMELINE_BUCKETS)
             return go.Scattergl(x=x, y=values[x] / MiB, mode="lines", **kwargs)
 
         traces: list[Any] = [
