@@ -20,6 +20,7 @@ from memviz.widgets import (
 )
 from memviz.widgets._common import MiB, exact_bytes
 from memviz.widgets.controls import parse_size_field
+from memviz.widgets.event_log import event_line
 from memviz.widgets.segment_map import CATEGORIES
 
 ALLOC, RES, ACTIVE = "allocated_bytes.all.current", "reserved_bytes.all.current", "active_bytes.all.current"
@@ -64,7 +65,7 @@ def assert_matches_lab(d) -> None:
     drawn = {cat: d.segment_map.drawn_bytes(cat) for cat in bars}
     assert drawn == {cat: sum(b["size"]) for cat, b in bars.items()}
     assert sum(drawn.values()) == stats[RES]
-    assert d.log.lines[0] == str(lab.events[-1]) if lab.events else d.log.lines == []
+    assert d.log.lines[0] == event_line(lab.events[-1]) if lab.events else d.log.lines == []
     assert list(d.controls.free_pick.options) == list(lab.groups) + [
         n for n, t in lab.tensors.items() if t.group is None
     ]
@@ -100,9 +101,9 @@ def test_every_control_by_click(dash):
     assert_matches_lab(dash)
     actions = [e.action for e in dash.lab.events]
     assert actions == ["allocate"] * 3 + ["free", "gc", "empty_cache", "reset_stats", "free"]
-    assert dash.timeline.marks == {"gc.collect()": [5], "empty_cache()": [6], "OOM": []}
+    assert dash.timeline.marks == {"gc.collect()": [4], "empty_cache()": [5], "OOM": []}
     markers = dash.timeline.fig.data[3]
-    assert list(markers.x) == [5, 6] and list(markers.marker.symbol) == ["triangle-down", "diamond"]
+    assert list(markers.x) == [4, 5] and list(markers.marker.symbol) == ["triangle-down", "diamond"]
     assert [y * MiB for y in markers.y] == [e.reserved_bytes for e in dash.lab.events[4:6]]
 
 
@@ -137,9 +138,15 @@ def test_oom_banner_and_marker(dash):
     event = dash.lab.events[-1]
     assert not event.ok and event.oom is not None
     assert dash.oom.widget.layout.display != "none"
-    assert "CUDA out of memory" in dash.oom.text and str(dash.lab.explain_oom(event)) in dash.oom.text
-    assert "Tried to allocate" in dash.oom.widget.value
-    assert dash.timeline.marks["OOM"] == [event.index + 1] == list(dash.timeline.fig.data[3].x)
+    assert dash.oom.summary.startswith(f"Out of memory at event #{event.index}: 1.00 GiB requested")
+    assert "CUDA out of memory" in dash.oom.text and "Tried to allocate" in dash.oom.html.value
+    assert "<details" in dash.oom.html.value  # PyTorch's message behind a disclosure
+    assert not dash.oom._explained  # no replay until asked
+    dash.oom.explain_button.click()
+    assert str(dash.lab.explain_oom(event)) in dash.oom.text
+    assert "memviz-oom-explanation" in dash.oom.explanation_html.value
+    assert dash.oom.explain_button.layout.display == "none"
+    assert dash.timeline.marks["OOM"] == [event.index] == list(dash.timeline.fig.data[3].x)
     assert dash.timeline.fig.data[3].hovertext[0].startswith("OOM: ")
     assert "OOM! " in dash.log.lines[0] and "memviz-event-oom" in dash.log.widget.value
     assert_matches_lab(dash)
@@ -158,7 +165,7 @@ def test_new_lab_with_another_config(dash):
     assert dash.lab.backend.alloc_conf == "expandable_segments:True" and dash.lab.backend.cap_bytes == 1 << 30
     assert all(p.lab is dash.lab for p in dash.pieces)
     assert "expandable_segments:True" in dash.header.value and "new lab" in dash.controls.status.value
-    assert list(dash.timeline.fig.data[0].x) == [0]
+    assert list(dash.timeline.fig.data[0].x) == [-1]  # the new lab's start, before its event #0
     click(dash, "Allocate", size="6 MiB", name="y")
     assert dash.lab.stats()[RES] == 20 * MiB  # one 20 MiB expandable page
     assert_matches_lab(dash)
@@ -182,7 +189,7 @@ def test_real_gpu_disabled_without_cuda(dash):
     if cuda_available():
         pytest.skip("CUDA is available here")
     assert list(dash.controls.kind.options) == ["simulator"]
-    disabled = [w for w in dash.controls._backend_box.children[0].children if getattr(w, "disabled", False)]
+    disabled = [w for w in dash.controls.backend.row.children if getattr(w, "disabled", False)]
     assert any(w.description == "real GPU" and "CUDA" in w.tooltip for w in disabled)
 
 
@@ -393,3 +400,76 @@ def _no_ipython() -> bool:
     from IPython import get_ipython
 
     return get_ipython() is None
+
+
+def test_timeline_numbers_events_as_the_log_does(dash):
+    click(dash, "Allocate", size="512 MiB", name="big")
+    click(dash, "Free", free_pick="big")
+    click(dash, "gc.collect()")
+    click(dash, "empty_cache()")
+    data = dash.timeline.fig.data
+    xs, texts = list(data[0].x), list(data[0].hovertext)
+    for e in dash.lab.events:  # "#3 empty_cache" is the step at x = 3
+        assert texts[xs.index(e.index)].startswith(f"#{e.index} {e.action}")
+    assert len(set(texts)) == len(texts) and texts[0] == "lab start (before #0)"
+    assert data[1].y[xs.index(3)] * MiB == dash.lab.events[3].reserved_bytes == 0
+    lo, hi = dash.timeline.fig.layout.xaxis.range
+    assert lo < 0 and hi >= 3 + 1.5  # the latest step is inside the plot, with room to spare
+
+
+def test_timeline_of_a_long_history_keeps_every_peak_and_marker():
+    lab = sim_lab()
+    timeline = Timeline(lab)
+    for k in range(1500):
+        lab.allocate(f"{1 + k % 7} MiB", name=f"a{k}")
+        lab.free(f"a{k}")
+        if k % 50 == 0:
+            lab.empty_cache()
+    lab.allocate("3 GiB", name="boom")  # an OOM, the last event
+    timeline.refresh()
+    data = timeline.fig.data
+    n = len(lab.events)
+    assert n > 3000 and len(data[0].x) <= 4 * 3 * timeline.buckets + len(data[3].x)
+    drawn = dict(zip(data[1].x, data[1].y, strict=True))
+    reserved = [e.reserved_bytes / MiB for e in lab.events]
+    assert max(drawn.values()) == max(reserved) and data[1].x[-1] == n - 1  # the peak and the latest event
+    assert timeline.marks["OOM"] == [n - 1] and len(timeline.marks["empty_cache()"]) == 30
+    assert all(x in drawn for x in data[3].x)  # every marker sits on a drawn point
+    assert list(data[3].x) == sorted(timeline.marks["empty_cache()"] + timeline.marks["OOM"])
+
+
+def test_event_log_summarises_long_name_lists(dash):
+    click(dash, "Allocate", size="1 MiB", count=400, name="chunk")
+    names = [f"chunk[{i}]" for i in range(0, 400, 2)]
+    dash.lab.free(*names)
+    dash.refresh()
+    line = dash.log.lines[0]
+    assert "free chunk[0], chunk[2], … (200 tensors)" in line and len(line) < 200
+    assert "text-overflow:ellipsis" in dash.log.widget.value
+    assert dash.timeline.fig.data[0].hovertext[-1] == line
+
+
+def test_segment_map_says_no_segments_and_caps_its_height():
+    lab = sim_lab()
+    m = SegmentMap(lab)
+    assert m.fig.layout.annotations[0].text.startswith("no segments") and m.fig.layout.xaxis.visible is False
+    lab.allocate("1 MiB", count=300, name="many")  # 300 small 2 MiB segments, one under the other
+    m.refresh()
+    assert not m.fig.layout.annotations and m.fig.layout.height == m.map.max_height == 440
+    assert m.fig.layout.yaxis.title.text == "segment #" and m.fig.layout.yaxis.ticktext is None
+    lab.free_all()
+    lab.empty_cache()
+    m.refresh()
+    assert m.fig.layout.annotations and sum(len(t.x) for t in m.traces) == 0
+
+
+def test_set_lab_goes_through_every_piece(dash):
+    click(dash, "Allocate", size="1.5 GiB", name="a")
+    click(dash, "Allocate", size="1 GiB", name="b")  # OOM
+    dash.oom.explain_button.click()
+    assert dash.oom._explained
+    fresh = sim_lab()
+    dash.set_lab(fresh)
+    assert all(p.lab is fresh for p in dash.pieces) and not dash.oom._explained and dash.oom.text == ""
+    assert list(dash.timeline.fig.data[0].x) == [-1] and dash.segment_map.bars["live"]["size"] == []
+    assert dash.controls.kind.value == "simulator"

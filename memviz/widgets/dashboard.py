@@ -19,6 +19,7 @@ from memviz.widgets.controls import Controls
 from memviz.widgets.event_log import EventLog, OOMBanner
 from memviz.widgets.gauges import MemoryGauges
 from memviz.widgets.live import CellHook
+from memviz.widgets.row import figure_row
 from memviz.widgets.segment_map import SegmentMap
 from memviz.widgets.timeline import Timeline
 
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
     from memviz.lab import Lab
 
 __all__ = ["Dashboard", "dashboard"]
-
 
 class Dashboard:
     """Every piece on one lab, refreshed together.
@@ -38,8 +38,9 @@ class Dashboard:
         segment_map: include the segment map (default True).
 
     Attributes: ``lab``, ``gauges``, ``timeline``, ``segment_map`` (or None), ``controls``, ``log``,
-    ``oom``, ``out`` (tracebacks of unexpected errors), ``widget`` (the ``VBox`` displayed), and
-    ``last_refresh_s`` (Python time of the last refresh).
+    ``oom``, ``figures`` (the row of the two figures, see :func:`~memviz.widgets.row.figure_row`), ``out``
+    (tracebacks of unexpected errors), ``widget`` (the ``VBox`` displayed), and ``last_refresh_s`` (Python
+    time of the last refresh).
     """
 
     def __init__(self, lab: Lab, *, live: bool = True, segment_map: bool = True) -> None:
@@ -47,7 +48,7 @@ class Dashboard:
         self.out = W.Output()
         self.header = W.HTML()
         self.header.add_class("memviz-header")
-        self.oom = OOMBanner(lab)
+        self.oom = OOMBanner(lab, out=self.out)
         self.gauges = MemoryGauges(lab)
         self.timeline = Timeline(lab)
         self.segment_map = SegmentMap(lab) if segment_map else None
@@ -55,11 +56,8 @@ class Dashboard:
         self.log = EventLog(lab)
         self.pieces = [p for p in (self.oom, self.gauges, self.timeline, self.segment_map, self.controls, self.log)
                        if p is not None]  # fmt: skip
-        figures = W.HBox([self.timeline.widget] + ([self.segment_map.widget] if self.segment_map else []))
-        self.timeline.fig.layout.width = 520
-        if self.segment_map is not None:
-            self.segment_map.fig.layout.width = 640
-        self.widget = W.VBox([self.header, self.oom.widget, self.gauges.widget, self.controls.widget, figures,
+        self.figures = figure_row([self.timeline.widget] + ([self.segment_map.widget] if self.segment_map else []))
+        self.widget = W.VBox([self.header, self.oom.widget, self.gauges.widget, self.controls.widget, self.figures,
                               self.log.widget, self.out])  # fmt: skip
         self.widget.add_class("memviz-dashboard")
         self.last_refresh_s = 0.0
@@ -99,12 +97,10 @@ class Dashboard:
     # -- lifecycle ------------------------------------------------------------------------------------
 
     def set_lab(self, lab: Lab) -> None:
-        """Show a fresh lab (the backend switch calls this)."""
+        """Show a fresh lab (the backend switch calls this): every piece's ``set_lab``, then one refresh."""
         self.lab = lab
         for piece in self.pieces:
-            piece.lab = lab
-        self.oom._explained.clear()
-        self.controls.kind.value = "real GPU" if lab.backend.kind == "cuda" else "simulator"
+            piece.set_lab(lab, refresh=False)
         self._set_header()
         self.refresh()
 
