@@ -50,6 +50,9 @@ __all__ = [
     "dumps_snapshot",
     "format_bytes",
     "load_snapshot",
+    "max_batch",
+    "predict",
+    "predicting",
     "recorded_h200",
     "segment_table",
     "stats_table",
@@ -57,8 +60,9 @@ __all__ = [
     "what_if",
 ]
 
-_LAZY = {"dashboard": "memviz.widgets", "SnapshotViewer": "memviz.widgets", "WhatIfTable": "memviz.widgets"}
-"""Names whose module imports ipywidgets and plotly: loaded on first access (PEP 562)."""
+_LAZY = {"dashboard": "memviz.widgets", "SnapshotViewer": "memviz.widgets", "WhatIfTable": "memviz.widgets",
+         "max_batch": "memviz.predict", "predict": "memviz.predict", "predicting": "memviz.predict"}
+"""Names whose module imports ipywidgets and plotly, or torch (the predictor): loaded on first access (PEP 562)."""
 
 
 def _version() -> str:

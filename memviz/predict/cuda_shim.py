@@ -1,0 +1,138 @@
+"""``torch.cuda`` as a program sees it during a prediction: one simulated GPU, its stats from the simulator.
+
+A CPU-only torch has no CUDA runtime, and a CUDA torch must not touch the real one while predicting, so
+for the duration of one prediction the functions a training script calls are replaced (and put back
+afterwards, whatever happens): availability and device queries answer for the target GPU; RNG, streams,
+events and ``synchronize`` do nothing; the memory queries (``memory_allocated``, ``memory_stats``,
+``max_memory_reserved``, ``mem_get_info``, ``empty_cache``, ``reset_peak_memory_stats``, ``memory_summary``)
+read and drive the simulated allocator, so a program that prints them prints the prediction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["patched_cuda"]
+
+
+@dataclass
+class _Properties:
+    """What ``torch.cuda.get_device_properties`` returns, for the simulated GPU."""
+
+    name: str
+    total_memory: int
+    major: int
+    minor: int
+    multi_processor_count: int = 132
+    is_integrated: bool = False
+    is_multi_gpu_board: bool = False
+    warp_size: int = 32
+
+
+class _NoOpContext:
+    """``torch.cuda.device(i)``, ``torch.cuda.stream(s)``: nothing to switch."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __enter__(self) -> _NoOpContext:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class _Stream:
+    """A CUDA stream or event stand-in: every method returns at once."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("query",):
+            return lambda *a, **k: True
+        if name in ("elapsed_time",):
+            return lambda *a, **k: 0.0
+        return lambda *a, **k: None
+
+
+def _replacements(session: Any) -> dict[str, Any]:
+    alloc = session.allocator
+    props = _Properties(session.device.name, session.device.total_memory_bytes, *session.arch.capability)
+    nothing = lambda *a, **k: None  # noqa: E731
+
+    def memory_stats(device: Any = None) -> dict[str, int]:
+        return dict(alloc.memory_stats())
+
+    def mem_get_info(device: Any = None) -> tuple[int, int]:
+        return alloc.device_free_bytes(), alloc.total_memory
+
+    def set_fraction(fraction: float, device: Any = None) -> None:
+        alloc.set_memory_fraction(fraction)
+
+    return {
+        "is_available": lambda: True,
+        "is_initialized": lambda: True,
+        "init": nothing,
+        "device_count": lambda: 1,
+        "current_device": lambda: 0,
+        "set_device": nothing,
+        "synchronize": nothing,
+        "get_device_name": lambda device=None: props.name,
+        "get_device_properties": lambda device=None: props,
+        "get_device_capability": lambda device=None: session.arch.capability,
+        "is_bf16_supported": lambda including_emulation=True: session.arch.supports_bf16 or including_emulation,
+        "manual_seed": nothing,
+        "manual_seed_all": nothing,
+        "seed": nothing,
+        "seed_all": nothing,
+        "get_rng_state": lambda device="cuda": torch.zeros(16, dtype=torch.uint8),
+        "set_rng_state": nothing,
+        "get_rng_state_all": lambda: [torch.zeros(16, dtype=torch.uint8)],
+        "set_rng_state_all": nothing,
+        "device": _NoOpContext,
+        "stream": _NoOpContext,
+        "Stream": _Stream,
+        "Event": _Stream,
+        "current_stream": lambda device=None: _Stream(),
+        "default_stream": lambda device=None: _Stream(),
+        "empty_cache": alloc.empty_cache,
+        "memory_allocated": lambda device=None: alloc.memory_allocated(),
+        "memory_reserved": lambda device=None: alloc.memory_reserved(),
+        "max_memory_allocated": lambda device=None: alloc.max_memory_allocated(),
+        "max_memory_reserved": lambda device=None: alloc.max_memory_reserved(),
+        "memory_stats": memory_stats,
+        "reset_peak_memory_stats": lambda device=None: alloc.reset_peak_memory_stats(),
+        "reset_accumulated_memory_stats": lambda device=None: alloc.reset_accumulated_memory_stats(),
+        "reset_max_memory_allocated": lambda device=None: alloc.reset_peak_memory_stats(),
+        "memory_summary": lambda device=None, abbreviated=False: alloc.memory_summary(abbreviated),
+        "mem_get_info": mem_get_info,
+        "set_per_process_memory_fraction": set_fraction,
+    }
+
+
+@contextlib.contextmanager
+def patched_cuda(session: Any) -> Iterator[None]:
+    """Replace ``torch.cuda``'s functions (and ``torch.cuda.memory``'s) for the block; restore them after."""
+    saved: list[tuple[Any, str, Any]] = []
+    modules = [torch.cuda, torch.cuda.memory]
+    try:
+        for name, value in _replacements(session).items():
+            for module in modules:
+                if name in vars(module):
+                    saved.append((module, name, vars(module)[name]))
+                    setattr(module, name, value)
+        for name in ("_record_memory_history", "_dump_snapshot"):
+            saved.append((torch.cuda.memory, name, vars(torch.cuda.memory)[name]))
+            setattr(torch.cuda.memory, name, lambda *a, **k: None)
+        saved.append((torch.cuda.memory, "_snapshot", vars(torch.cuda.memory)["_snapshot"]))
+        torch.cuda.memory._snapshot = lambda *a, **k: session.allocator.snapshot()
+        yield
+    finally:
+        for module, name, value in reversed(saved):
+            setattr(module, name, value)

@@ -1,0 +1,546 @@
+"""Run a CUDA program on meta tensors and drive the simulated allocator with what it allocates.
+
+One :class:`Session` per prediction. While it is active:
+
+- a ``TorchFunctionMode`` (:class:`_Redirect`) turns every request for the GPU (``device="cuda"``,
+  ``.cuda()``, ``.to("cuda")``, ``torch.cuda.*``) into meta tensors, and marks the calls that touch GPU
+  tensors, so that what they produce counts as device memory;
+- a ``TorchDispatchMode`` (:class:`_Capture`) sees every aten op below autograd; each output whose storage
+  is new is one ``malloc`` of the storage's bytes, and a weak reference on the storage frees it when the
+  storage dies (storages, not tensors: views share one; in-place ops make none). The library workspaces
+  the real kernels would ask for are added by rule (:mod:`memviz.predict.workspaces`);
+- :class:`memviz.predict.autocast.CudaEmulation` applies CUDA's autocast and kernel choices;
+- module hooks and optimizer hooks name the module and the phase (forward, backward, optimizer).
+
+The allocator runs online, so ``torch.cuda.memory_allocated()`` inside the program reads the simulator,
+and an allocation that fails raises ``torch.OutOfMemoryError`` in the program at the op that asked, as on
+the GPU. Everything is put back when the session ends, whatever happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from memviz.errors import OutOfMemoryError
+from memviz.sim import CachingAllocator, fraction_for_cap
+
+from . import workspaces
+from .autocast import CudaEmulation
+from .cuda_shim import patched_cuda
+from .gpus import GpuArch
+
+__all__ = ["DataDependentError", "Event", "Session"]
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_MEMVIZ_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_USER_OK = os.path.join(_MEMVIZ_DIR, "predict", "programs.py")
+
+PHASES = ("setup", "forward", "backward", "optimizer", "other")
+
+
+class DataDependentError(RuntimeError):
+    """The program needs a tensor's values (``.item()``, ``nonzero``, a branch on a tensor), which a
+    prediction does not compute.
+
+    Attributes: ``op`` (the aten op), ``line`` (the user's ``file:line``).
+    """
+
+    def __init__(self, op: str, line: str) -> None:
+        self.op = op
+        self.line = line
+        super().__init__(
+            f"memviz.predict: {op} needs the tensor's values, which a prediction does not compute "
+            f"(at {line}). Memory does not depend on them: skip that code while predicting, e.g. "
+            "`if not memviz.predicting(): print(loss.item())`, or pass the value in as a Python number.")
+
+
+_DATA_DEPENDENT = {
+    torch.ops.aten._local_scalar_dense.default, torch.ops.aten.nonzero.default, torch.ops.aten.masked_select.default,
+    torch.ops.aten._unique2.default, torch.ops.aten.unique_dim.default, torch.ops.aten.unique_consecutive.default,
+    torch.ops.aten.repeat_interleave.Tensor, torch.ops.aten.bincount.default, torch.ops.aten.equal.default,
+    torch.ops.aten.is_nonzero.default, torch.ops.aten.nonzero_static.default,
+}
+
+
+class Event:
+    """One allocator call of the prediction: an ``alloc`` or a ``free`` of ``nbytes`` (the request).
+
+    ``alloc_index`` is, for a free, the index of its alloc; ``category`` is the alloc's (set when known:
+    parameters, gradients, optimizer state, activations, temporaries, workspaces); ``allocated_bytes`` /
+    ``reserved_bytes`` are the allocator's after the call.
+    """
+
+    __slots__ = ("action", "alloc_index", "allocated_bytes", "category", "line", "module", "nbytes", "op",
+                 "phase", "ptr", "reserved_bytes")
+
+    def __init__(self, action: str, nbytes: int, ptr: int, alloc_index: int, op: str, module: str, line: str,
+                 phase: str, category: str | None, allocated_bytes: int, reserved_bytes: int) -> None:
+        self.action = action
+        self.nbytes = nbytes
+        self.ptr = ptr
+        self.alloc_index = alloc_index
+        self.op = op
+        self.module = module
+        self.line = line
+        self.phase = phase
+        self.category = category
+        self.allocated_bytes = allocated_bytes
+        self.reserved_bytes = reserved_bytes
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __repr__(self) -> str:
+        return f"Event({self.action} {self.nbytes} B, {self.category}, {self.op}, {self.module}, {self.line})"
+
+
+def _is_cuda(dev: Any) -> bool:
+    if isinstance(dev, str):
+        return dev.startswith("cuda")
+    if isinstance(dev, torch.device):
+        return dev.type == "cuda"
+    return isinstance(dev, int) and not isinstance(dev, bool)
+
+
+def _is_cpu(dev: Any) -> bool:
+    return (isinstance(dev, str) and dev.startswith("cpu")) or (isinstance(dev, torch.device) and dev.type == "cpu")
+
+
+class Session:
+    """The state of one prediction: the allocator, the events, the live storages, the phase."""
+
+    def __init__(self, device: Any, arch: GpuArch, cap_bytes: int | None, alloc_conf: str,
+                 on_progress: Callable[[int, int | None, str], None] | None = None) -> None:
+        self.device = device
+        self.arch = arch
+        total = device.total_memory_bytes
+        context = min(arch.context_bytes, total // 4)
+        self.allocator = CachingAllocator(total, fraction_for_cap(cap_bytes, total), alloc_conf or "",
+                                          context_bytes=context, device_name="GPU 0")
+        self.events: list[Event] = []
+        self.live: dict[int, list] = {}  # storage id -> [ptr, nbytes, alloc event index]
+        self._refs: dict[int, tuple[weakref.ref, int]] = {}
+        self.gpu_depth = 0
+        self.phase = "setup"
+        self.phase_marks: list[tuple[int, str]] = [(0, "setup")]
+        self.module_stack: list[str] = []
+        self.module_names: dict[int, str] = {}
+        self.modules: dict[int, torch.nn.Module] = {}
+        self.workspaces: dict[tuple[str, str], int] = {}
+        self.oom: dict[str, Any] | None = None
+        self.closed = False
+        self.on_progress = on_progress
+        self.emulation = CudaEmulation(self.is_device, self._choose_sdpa, self.forget)
+
+    # ---- what is on the device
+
+    def is_device(self, t: torch.Tensor) -> bool:
+        return t.is_meta and id(t.untyped_storage()) in self.live
+
+    def any_device(self, args: tuple, kwargs: dict) -> bool:
+        for a in (*args, *kwargs.values()):
+            if isinstance(a, torch.Tensor):
+                if a.is_meta and id(a.untyped_storage()) in self.live:
+                    return True
+            elif (isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor) and a[0].is_meta
+                  and id(a[0].untyped_storage()) in self.live):
+                return True
+        return False
+
+    @contextlib.contextmanager
+    def on_device(self) -> Iterator[None]:
+        self.gpu_depth += 1
+        try:
+            yield
+        finally:
+            self.gpu_depth -= 1
+
+    @contextlib.contextmanager
+    def on_host(self) -> Iterator[None]:
+        depth, self.gpu_depth = self.gpu_depth, 0
+        try:
+            yield
+        finally:
+            self.gpu_depth = depth
+
+    # ---- where the program is
+
+    def set_phase(self, phase: str) -> None:
+        if phase != self.phase:
+            self.phase = phase
+            self.phase_marks.append((len(self.events), phase))
+
+    def user_line(self) -> str:
+        f = sys._getframe(2)
+        while f is not None:
+            name = f.f_code.co_filename
+            if not (name.startswith(_TORCH_DIR) or (name.startswith(_MEMVIZ_DIR) and name != _USER_OK)
+                    or name.startswith("<frozen")):
+                return f"{name}:{f.f_lineno} ({f.f_code.co_name})"
+            f = f.f_back
+        return ""
+
+    def where(self) -> str:
+        if self.phase == "backward":
+            node = torch._C._current_autograd_node()
+            if node is not None:
+                return node.name()
+        return self.module_stack[-1] if self.module_stack else ""
+
+    # ---- allocator calls
+
+    def malloc(self, nbytes: int, op: str, category: str | None = None) -> tuple[int, int]:
+        """Allocate in the simulator, record the event; raise ``torch.OutOfMemoryError`` as CUDA would."""
+        alloc = self.allocator
+        try:
+            ptr = alloc.malloc(nbytes)
+        except OutOfMemoryError as e:
+            if self.oom is None:
+                self.oom = {"requested_bytes": nbytes, "message": str(e), "op": op, "module": self.where(),
+                            "line": self.user_line(), "phase": self.phase, "event_index": len(self.events)}
+            raise torch.OutOfMemoryError(str(e)) from None
+        index = len(self.events)
+        self.events.append(Event("alloc", nbytes, ptr, index, op, self.where(), self.user_line(), self.phase,
+                                 category, alloc.memory_allocated(), alloc.memory_reserved()))
+        if self.on_progress is not None and not index & 1023:
+            self.on_progress(index, None, self.phase)
+        return ptr, index
+
+    def free(self, ptr: int, index: int, op: str = "") -> None:
+        alloc = self.allocator
+        alloc.free(ptr)
+        e = self.events[index]
+        self.events.append(Event("free", e.nbytes, ptr, index, op, "", "", self.phase, e.category,
+                                 alloc.memory_allocated(), alloc.memory_reserved()))
+
+    def track(self, t: torch.Tensor, op: str) -> None:
+        st = t.untyped_storage()
+        key = id(st)
+        entry = self.live.get(key)
+        nbytes = st.nbytes()
+        if entry is not None:
+            if entry[1] == nbytes:
+                return
+            self.free(entry[0], entry[2], op)  # resized: CUDA reallocates
+            del self.live[key]
+        if nbytes == 0:
+            return
+        ptr, index = self.malloc(nbytes, op)
+        self.live[key] = [ptr, nbytes, index]
+        ref = weakref.ref(st, self._storage_died)
+        self._refs[id(ref)] = (ref, key)
+
+    def _storage_died(self, ref: weakref.ref) -> None:
+        _, key = self._refs.pop(id(ref))
+        entry = self.live.pop(key, None)
+        if entry is not None and not self.closed:
+            self.free(entry[0], entry[2])
+
+    def forget(self, *tensors: torch.Tensor) -> None:
+        """These outputs stay on the host on a GPU (e.g. flash attention's RNG seed): no device memory."""
+        for t in tensors:
+            entry = self.live.pop(id(t.untyped_storage()), None)
+            if entry is not None:
+                self.free(entry[0], entry[2])
+
+    def tag(self, t: Any, category: str, overwrite: bool = False) -> None:
+        if isinstance(t, torch.Tensor) and t.is_meta:
+            entry = self.live.get(id(t.untyped_storage()))
+            if entry is not None:
+                e = self.events[entry[2]]
+                if e.category is None or overwrite:
+                    e.category = category
+
+    # ---- CUDA's decisions
+
+    def _choose_sdpa(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any, dropout_p: float,
+                     enable_gqa: bool) -> str:
+        return workspaces.choose_sdpa_backend(self.arch, q, k, v, mask, dropout_p, enable_gqa)
+
+    # ---- lifetime
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        """Install everything for the block; put everything back after it, whatever happens."""
+        import torch._dynamo  # imported lazily by the dispatch machinery: it must see the real torch.cuda
+
+        saved_rng = torch.get_rng_state()
+        saved_grad = torch.is_grad_enabled()
+        saved_autocast = [(d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cuda", "cpu")]
+        saved_cache = torch.is_autocast_cache_enabled()
+        hooks = []
+        restore: list[tuple[Any, str, Any]] = []
+        try:
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(patched_cuda(self))
+                restore.extend(_patch_torch(self))
+                hooks.extend(_install_hooks(self))
+                self.emulation.enter()
+                stack.callback(self.emulation.exit)
+                stack.enter_context(_Capture(self))
+                stack.enter_context(_Redirect(self))
+                yield
+        finally:
+            self.closed = True
+            for handle in hooks:
+                handle.remove()
+            for obj, name, value in reversed(restore):
+                setattr(obj, name, value)
+            torch.set_rng_state(saved_rng)
+            torch.set_grad_enabled(saved_grad)
+            for d, enabled, dtype in saved_autocast:
+                torch.set_autocast_enabled(d, enabled)
+                torch.set_autocast_dtype(d, dtype)
+            torch.set_autocast_cache_enabled(saved_cache)
+            torch.clear_autocast_cache()
+
+
+def _patch_torch(session: Session) -> list[tuple[Any, str, Any]]:
+    """Module attributes replaced for the session: (object, name, original) to put back."""
+    import torch.optim.optimizer as optimizer
+    import torch.utils._foreach_utils as foreach_utils
+    import torch.utils.checkpoint as checkpoint
+
+    saved = []
+
+    def put(obj: Any, name: str, value: Any) -> None:
+        saved.append((obj, name, getattr(obj, name)))
+        setattr(obj, name, value)
+
+    original_foreach = foreach_utils._get_foreach_kernels_supported_devices
+    original_fused = foreach_utils._get_fused_kernels_supported_devices
+    # The optimizers' foreach/fused defaults as on CUDA: meta tensors stand for CUDA ones.
+    put(foreach_utils, "_get_foreach_kernels_supported_devices", lambda: [*original_foreach(), "meta"])
+    put(foreach_utils, "_get_fused_kernels_supported_devices", lambda: [*original_fused(), "meta"])
+    put(optimizer, "_get_foreach_kernels_supported_devices", foreach_utils._get_foreach_kernels_supported_devices)
+    put(optimizer, "_get_fused_kernels_supported_devices", foreach_utils._get_fused_kernels_supported_devices)
+    original_infer = checkpoint._infer_device_type
+
+    def infer_device_type(*args: Any) -> str:  # checkpoint recomputes under CUDA's autocast state
+        device = original_infer(*args)
+        return "cuda" if device == "meta" else device
+
+    put(checkpoint, "_infer_device_type", infer_device_type)
+    original_clear = torch.clear_autocast_cache
+
+    def clear_autocast_cache() -> None:
+        session.emulation.clear_cache()
+        original_clear()
+
+    put(torch, "clear_autocast_cache", clear_autocast_cache)
+    return saved
+
+
+def _install_hooks(session: Session) -> list[Any]:
+    """Global module and optimizer hooks naming the module and the phase; their handles to remove."""
+    names = session.module_names
+
+    def pre(module: torch.nn.Module, args: Any) -> None:
+        key = id(module)
+        name = names.get(key)
+        if name is None:
+            name = type(module).__name__
+            if session.module_stack:
+                parent = session.modules.get(session.module_stack_ids[-1])
+                if parent is not None:
+                    for child_name, child in parent._modules.items():
+                        if child is module:
+                            name = f"{session.module_stack[-1]}.{child_name}"
+                            break
+            names[key] = name
+            session.modules[key] = module
+            for p in module.parameters(recurse=False):
+                session.tag(p, "parameters")
+            for b in module.buffers(recurse=False):
+                session.tag(b, "parameters")
+        if session.phase not in ("backward", "forward"):
+            session.set_phase("forward")
+        session.module_stack.append(name)
+        session.module_stack_ids.append(key)
+
+    def post(module: torch.nn.Module, args: Any, output: Any) -> None:
+        if session.module_stack:
+            session.module_stack.pop()
+            session.module_stack_ids.pop()
+
+    def step_pre(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        session.set_phase("optimizer")
+        for group in opt.param_groups:
+            for p in group["params"]:
+                session.tag(p, "parameters")
+                session.tag(p.grad, "gradients")
+
+    def step_post(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        for state in opt.state.values():
+            for v in state.values():
+                session.tag(v, "optimizer state")
+        session.set_phase("other")
+
+    import torch.optim.optimizer as optimizer
+    from torch.nn.modules import module as module_mod
+
+    session.module_stack_ids = []
+
+    return [module_mod.register_module_forward_pre_hook(pre),
+            module_mod.register_module_forward_hook(post, always_call=True),
+            optimizer.register_optimizer_step_pre_hook(step_pre),
+            optimizer.register_optimizer_step_post_hook(step_post)]
+
+
+class _Capture(TorchDispatchMode):
+    """Every aten op: run it on meta, account the storages it creates, add the libraries' workspaces."""
+
+    def __init__(self, session: Session) -> None:
+        super().__init__()
+        self.session = session
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        s = self.session
+        kwargs = kwargs or {}
+        if func in _DATA_DEPENDENT and any(isinstance(a, torch.Tensor) and a.is_meta for a in args):
+            raise DataDependentError(func.__name__, s.user_line())
+        out = func(*args, **kwargs)
+        if s.gpu_depth:
+            name = func.__name__
+            if isinstance(out, torch.Tensor):
+                if out.is_meta:
+                    s.track(out, name)
+            elif isinstance(out, (tuple, list)):
+                for t in out:
+                    if isinstance(t, torch.Tensor) and t.is_meta:
+                        s.track(t, name)
+            rule = workspaces.RULES.get(func)
+            if rule is not None:
+                rule(s, func, args, kwargs, out)
+        return out
+
+
+class _Redirect(TorchFunctionMode):
+    """Requests for the GPU become meta tensors; calls on GPU tensors are marked as device work."""
+
+    def __init__(self, session: Session) -> None:
+        super().__init__()
+        self.session = session
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        s = self.session
+        kwargs = kwargs or {}
+        special = _SPECIAL.get(func)
+        if special is not None:
+            return special(s, func, args, kwargs)
+        device = kwargs.get("device")
+        if device is not None and _is_cuda(device):
+            kwargs["device"] = "meta"
+            with s.on_device():
+                return func(*args, **kwargs)
+        if s.any_device(args, kwargs):
+            with s.on_device():
+                return func(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+def _to_device(s: Session, t: torch.Tensor, call: Callable[..., torch.Tensor], *args: Any,
+               **kwargs: Any) -> torch.Tensor:
+    if t.is_meta and not s.is_device(t):
+        kwargs["copy"] = True  # a host meta tensor: the copy is the device allocation
+    with s.on_device():
+        out = call(t, *args, **kwargs)
+    if isinstance(t, torch.nn.Parameter):
+        s.tag(out, "parameters")
+    return out
+
+
+def _tensor_cuda(s: Session, func: Any, args: tuple, kwargs: dict) -> torch.Tensor:
+    t = args[0]
+    if s.is_device(t):
+        return t
+    memory_format = kwargs.get("memory_format", torch.preserve_format)
+    return _to_device(s, t, torch.Tensor.to, "meta", memory_format=memory_format)
+
+
+def _tensor_to(s: Session, func: Any, args: tuple, kwargs: dict) -> torch.Tensor:
+    t, rest = args[0], list(args[1:])
+    target = None
+    for i, a in enumerate(rest):
+        if isinstance(a, torch.dtype):
+            continue
+        if _is_cuda(a):
+            rest[i], target = "meta", "cuda"
+        elif _is_cpu(a):
+            target = "cpu"
+        elif isinstance(a, torch.Tensor):
+            target = "cuda" if s.is_device(a) else ("cpu" if a.device.type == "cpu" else None)
+    if "device" in kwargs:
+        if _is_cuda(kwargs["device"]):
+            kwargs["device"], target = "meta", "cuda"
+        elif _is_cpu(kwargs["device"]):
+            target = "cpu"
+    if target == "cuda":
+        return _to_device(s, t, func, *rest, **kwargs)
+    if target == "cpu" and s.is_device(t):
+        return _to_host(s, t, next((a for a in (*rest, kwargs.get("dtype")) if isinstance(a, torch.dtype)), None))
+    if s.is_device(t):
+        with s.on_device():
+            return func(t, *rest, **kwargs)
+    return func(t, *rest, **kwargs)
+
+
+def _to_host(s: Session, t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``.cpu()`` of a device tensor: a host copy, no device memory (its values are not known)."""
+    with s.on_host():
+        return torch.empty_like(t, dtype=dtype or t.dtype, device="meta")
+
+
+def _tensor_cpu(s: Session, func: Any, args: tuple, kwargs: dict) -> torch.Tensor:
+    t = args[0]
+    return _to_host(s, t) if s.is_device(t) else func(*args, **kwargs)
+
+
+def _tensor_backward(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
+    previous = s.phase
+    s.set_phase("backward")
+    try:
+        with s.on_device():
+            return func(*args, **kwargs)
+    finally:
+        for module in s.modules.values():
+            for p in module.parameters(recurse=False):
+                s.tag(p.grad, "gradients")
+        s.set_phase("other" if previous == "forward" else previous)
+
+
+def _pass_through(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
+    return args[0]
+
+
+def _data_dependent(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
+    t = args[0]
+    if isinstance(t, torch.Tensor) and t.is_meta:
+        raise DataDependentError(f"Tensor.{func.__name__}", s.user_line())
+    return func(*args, **kwargs)
+
+
+_SPECIAL: dict[Any, Callable[[Session, Any, tuple, dict], Any]] = {
+    torch.Tensor.cuda: _tensor_cuda,
+    torch.Tensor.to: _tensor_to,
+    torch.Tensor.cpu: _tensor_cpu,
+    torch.Tensor.backward: _tensor_backward,
+    torch.autograd.backward: _tensor_backward,
+    torch.autograd.grad: _tensor_backward,
+    torch.Tensor.pin_memory: _pass_through,
+    torch.Tensor.numpy: _data_dependent,
+    torch.Tensor.tolist: _data_dependent,
+    torch.Tensor.item: _data_dependent,
+    torch.Tensor.__bool__: _data_dependent,
+    torch.Tensor.__float__: _data_dependent,
+    torch.Tensor.__int__: _data_dependent,
+}

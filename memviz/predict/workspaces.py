@@ -1,0 +1,104 @@
+"""What the real kernels allocate beyond their outputs, and the kernel choices that decide it.
+
+Rules, not cases: each rule is keyed by an aten op and reads only the op's arguments and the target
+architecture (:mod:`memviz.predict.gpus`).
+
+- cuBLAS (``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``addbmm``, ``addmv``, ``mv``, ``dot``, ``vdot``,
+  ``_addmm_activation``): the first call on a thread (the main thread, autograd's backward thread) keeps
+  the architecture's cuBLAS workspace; an ``addmm`` whose bias is a vector goes through cuBLASLt's bias
+  epilogue (``gemm_and_bias``, ``addmm_out_cuda_impl``'s ``useLtInterface``) and also keeps the cuBLASLt
+  workspace. Kept for the process: ``empty_cache()`` does not free them.
+- Flash attention's backward (``mha_bwd``) holds ``softmax_d`` (B·H·round128(L) fp32) and ``dq_accum``
+  (B·round128(L)·H·round32(D) fp32) while it runs.
+- SDPA's backend as ``sdp_utils.cpp`` picks it for the target GPU (:func:`choose_sdpa_backend`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .gpus import GpuArch
+
+__all__ = ["RULES", "choose_sdpa_backend"]
+
+aten = torch.ops.aten
+
+
+def _thread() -> str:
+    return "backward" if torch._C._current_graph_task_id() != -1 else "main"
+
+
+def _keep(s: Any, kind: str, nbytes: int, op: str) -> None:
+    key = (kind, _thread())
+    if key not in s.workspaces and nbytes:
+        ptr, _ = s.malloc(nbytes, op, "workspaces")
+        s.workspaces[key] = ptr
+
+
+def _cublas(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+    _keep(s, "cublas", s.arch.cublas_workspace_bytes, func.__name__)
+
+
+def _addmm(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+    _keep(s, "cublas", s.arch.cublas_workspace_bytes, func.__name__)
+    bias, mat1, mat2 = args[0], args[1], args[2]
+    beta = kwargs.get("beta", args[3] if len(args) > 3 else 1)
+    if (bias.dim() == 1 and beta == 1 and mat1.dim() == 2 and bias.size(0) == mat2.size(1) and bias.is_contiguous()
+            and mat1.dtype in (torch.float32, torch.float16, torch.bfloat16) and mat1.size(0) > 1
+            and mat2.size(1) > 1):
+        _keep(s, "cublaslt", s.arch.cublaslt_workspace_bytes, func.__name__)
+
+
+def _temporary(s: Any, nbytes: int, op: str) -> None:
+    if nbytes > 0:
+        ptr, index = s.malloc(nbytes, op, "workspaces")
+        s.free(ptr, index, op)
+
+
+def _round(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def _flash_backward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+    q = args[1]  # (grad_out, query, key, value, out, logsumexp, ...): query is (B, H, L, D)
+    b, h, length, d = q.shape
+    lq = _round(length, 128)
+    softmax_d = b * h * lq * 4
+    dq_accum = b * lq * h * _round(d, 32) * 4
+    ptr1, i1 = s.malloc(softmax_d, func.__name__, "workspaces")
+    ptr2, i2 = s.malloc(dq_accum, func.__name__, "workspaces")
+    s.free(ptr2, i2, func.__name__)
+    s.free(ptr1, i1, func.__name__)
+
+
+RULES: dict[Any, Any] = {
+    **dict.fromkeys([aten.mm.default, aten.bmm.default, aten.baddbmm.default, aten.addbmm.default,
+                     aten.addmv.default, aten.mv.default, aten.dot.default, aten.vdot.default,
+                     aten._addmm_activation.default], _cublas),
+    aten.addmm.default: _addmm,
+    aten._scaled_dot_product_flash_attention_backward.default: _flash_backward,
+}
+"""aten op → ``rule(session, op, args, kwargs, outputs)`` adding the op's library allocations."""
+
+
+def choose_sdpa_backend(arch: GpuArch, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any,
+                        dropout_p: float, enable_gqa: bool) -> str:
+    """``"flash"``, ``"efficient"`` or ``"math"``: the first backend whose constraints the inputs meet,
+    in torch's default priority order (flash, memory-efficient, math), honouring
+    ``torch.backends.cuda.enable_*_sdp``. Constraints (``sdp_utils.cpp``): flash needs sm80+, fp16/bf16,
+    no attention mask, head dim ≤ 256, 4-D inputs; memory-efficient needs sm50+, fp32/fp16 (bf16 on sm80+),
+    head dim a multiple of 8 for fp16/bf16 (4 for fp32)."""
+    b = torch.backends.cuda
+    head = q.size(-1)
+    same_heads = q.size(-1) == k.size(-1) == v.size(-1)
+    four_d = q.dim() == k.dim() == v.dim() == 4
+    if (b.flash_sdp_enabled() and arch.supports_flash_attention and q.dtype in (torch.float16, torch.bfloat16)
+            and mask is None and head <= 256 and four_d and same_heads and not enable_gqa):
+        return "flash"
+    align = 4 if q.dtype is torch.float32 else 8
+    dtype_ok = q.dtype in (torch.float32, torch.float16) or (q.dtype is torch.bfloat16 and arch.supports_bf16)
+    if b.mem_efficient_sdp_enabled() and dtype_ok and head % align == 0 and four_d and not enable_gqa:
+        return "efficient"
+    return "math"
