@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from memviz.sim import rules
+from memviz.sim.config import AllocatorConfig, parse_alloc_conf
+from memviz.snapshots.settings import settings_from_snapshot
 from memviz.units import format_bytes
 
 __all__ = ["Fragmentation", "fragmentation"]
-
-SMALL_PAGE_BYTES = 2 << 20  # expandable small-pool page: kSmallBuffer
-LARGE_PAGE_BYTES = 20 << 20  # expandable large-pool page: kLargeBuffer (large_segment_size)
 
 
 @dataclass(frozen=True)
@@ -75,10 +75,26 @@ class Fragmentation:
         return "\n".join(lines)
 
 
-def fragmentation(segments: Iterable[Mapping]) -> Fragmentation:
-    """Measure fragmentation from snapshot segments (``_snapshot()["segments"]`` or the dict holding them)."""
+def fragmentation(segments: Iterable[Mapping] | Mapping, config: AllocatorConfig | str | None = None) -> Fragmentation:
+    """Measure fragmentation from snapshot segments (``_snapshot()["segments"]`` or the dict holding them).
+
+    Args:
+        segments: the segments, or a whole snapshot dict.
+        config: the allocator config the segments were made under, as an :class:`~memviz.sim.AllocatorConfig`
+            or a ``PYTORCH_CUDA_ALLOC_CONF`` string: it sets the page size of expandable segments
+            (``large_segment_size_mb``). Default: read from a snapshot dict's ``allocator_settings``, else
+            torch's defaults.
+
+    ``releasable_bytes`` is exactly what ``empty_cache()`` would give back: whole free segments, and for
+    expandable segments the whole pages inside each free block (tests/test_fragmentation_empty_cache.py).
+    """
     if isinstance(segments, Mapping):
+        if config is None and segments.get("allocator_settings"):
+            config = settings_from_snapshot(segments).config
         segments = segments["segments"]
+    if isinstance(config, str):
+        config = parse_alloc_conf(config)
+    cfg = config if config is not None else AllocatorConfig()
     reserved = allocated = requested = free = releasable = n_segments = n_free = 0
     largest = {"small": 0, "large": 0}
     for seg in segments:
@@ -87,8 +103,8 @@ def fragmentation(segments: Iterable[Mapping]) -> Fragmentation:
         blocks = seg["blocks"]
         pool = "small" if seg.get("segment_type") == "small" else "large"
         expandable = seg.get("is_expandable", False)
-        page = SMALL_PAGE_BYTES if pool == "small" else LARGE_PAGE_BYTES
-        offset = 0
+        page = rules.page_size(pool == "small", cfg)
+        offset = 0  # from the segment's start: a mapped range of an expandable segment starts on a page
         for block in blocks:
             size = block["size"]
             state = block["state"]

@@ -121,7 +121,7 @@ class Lab:
 
     def fragmentation(self) -> Fragmentation:
         """Fragmentation metrics of the cache now."""
-        return fragmentation(self.backend.segments())
+        return fragmentation(self.backend.segments(), self.backend.alloc_conf)
 
     def __getitem__(self, name: str) -> Any:
         """The tensor called ``name`` (a ``torch.Tensor`` on a GPU)."""

@@ -85,7 +85,7 @@ TestAllocatorMachine.settings = settings(max_examples=25, stateful_step_count=60
 @settings(max_examples=len(CONFIGS) * 2, deadline=None)
 @given(conf=st.sampled_from(CONFIGS), seed=st.integers(0, 2**32))
 def test_long_random_sequences(conf: str, seed: int) -> None:
-    """Seeded 1,500-op sequences with a tiny device to hit OOM, retry, release and gc paths."""
+    """Seeded 1,500-op sequences with a tiny device to hit OOM, retry, release and gc paths; checked every step."""
     rng = random.Random(seed)
     a = CachingAllocator(rng.choice([64, 160, 512]) * MiB, memory_fraction=rng.choice([None, 0.6]),
                          alloc_conf=conf)
@@ -101,8 +101,7 @@ def test_long_random_sequences(conf: str, seed: int) -> None:
             a.free(live.pop(rng.randrange(len(live))))
         else:
             a.empty_cache()
-        if step % 10 == 0:
-            a._check()
+        a._check()
     for p in live:
         a.free(p)
     a.empty_cache()

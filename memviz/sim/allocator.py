@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import operator
 from bisect import bisect_left, insort
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from memviz.errors import InputTypeError, InvalidFreeError, OutOfMemoryError
 
+from . import rules
 from .addresses import AddressSpace
 from .blocks import ADDR_BITS, Block, BlockPool, Segment
 from .config import AllocatorConfig, parse_alloc_conf
@@ -32,12 +33,13 @@ from .constants import (
     MIN_BLOCK_SIZE,
     MIN_LARGE_ALLOC,
     ONE_EXA_BYTES,
-    ROUND_LARGE,
     SIZE_MAX,
     SMALL_BUFFER,
     SMALL_SIZE,
 )
+from .invariants import check_invariants, format_segment_table
 from .limits import MAX_DEVICE_BYTES, check_bytes, check_fraction
+from .snapshot import build_segments, build_snapshot
 from .stats import (
     ALLOCATED_BYTES,
     ALLOCATED_BYTES_PEAK,
@@ -66,6 +68,7 @@ from .stats import (
     increase_single,
     increase_stat,
 )
+from .summary import memory_summary
 
 __all__ = ["CachingAllocator"]
 
@@ -173,18 +176,8 @@ class CachingAllocator:
         self._max_non_split_rounding_size = cfg.max_non_split_rounding_size
         self._large_segment_size = cfg.large_segment_size
         self._expandable = cfg.expandable_segments
-        # roundup_power2_divisions, tabulated by size.bit_length(): sizes above MIN_BLOCK_SIZE * divisions
-        # round up to a multiple of (power-of-2 floor / divisions); None when no interval sets divisions
-        self._divisions: tuple[tuple[int, int], ...] | None = None
-        if any(cfg.roundup_power2_divisions):
-            table = []
-            for bits in range(66):
-                divisions = cfg.divisions_for(1 << max(0, bits - 1))
-                if divisions > 1:  # (threshold, step); divisions is a power of 2
-                    table.append((MIN_BLOCK_SIZE * divisions, (1 << max(0, bits - 1)) // divisions))
-                else:
-                    table.append((SIZE_MAX, 0))
-            self._divisions = tuple(table)
+        # roundup_power2_divisions by size.bit_length() (rules.division_table); None: 512-byte rounding only
+        self._divisions = rules.division_table(cfg.roundup_power2_divisions)
         self.allowed_memory_bytes: int | None = None
         self._gc_active = False
         self._gc_threshold_bytes = 0
@@ -288,28 +281,16 @@ class CachingAllocator:
     # ------------------------------------------------------------------ sizes
 
     def round_size(self, size: int) -> int:
-        """Return the block size in bytes for a request of ``size`` bytes (``round_size``)."""
-        if size < MIN_BLOCK_SIZE:
-            return MIN_BLOCK_SIZE
-        if self._divisions is not None:
-            threshold, step = self._divisions[size.bit_length()]
-            if size > threshold:
-                # roundup_power2_next_division(size, divisions): the next multiple of
-                # step = power2_floor(size) / divisions (a power of 2 stays as it is)
-                return -(-size // step) * step
-        return -(-size // MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
+        """Return the block size in bytes for a request of ``size`` bytes (:func:`memviz.sim.rules.round_size`)."""
+        return rules.round_size(size, self.config)
 
     def get_pool(self, size: int) -> BlockPool:
         """Return the pool for a rounded size: small if ``size <= 1 MiB``, else large (``get_pool``)."""
-        return self.small_blocks if size <= SMALL_SIZE else self.large_blocks
+        return self.small_blocks if rules.is_small(size) else self.large_blocks
 
     def get_allocation_size(self, size: int) -> int:
-        """Return the segment size in bytes for a rounded size (``get_allocation_size``)."""
-        if size <= SMALL_SIZE:
-            return SMALL_BUFFER
-        if size < MIN_LARGE_ALLOC:
-            return self._large_segment_size
-        return -(-size // ROUND_LARGE) * ROUND_LARGE
+        """Return the segment size in bytes for a rounded size (:func:`memviz.sim.rules.get_allocation_size`)."""
+        return rules.get_allocation_size(size, self.config)
 
     # ------------------------------------------------------------------ malloc
 
@@ -332,11 +313,11 @@ class CachingAllocator:
             size = _checked_size(size)
             if size == 0:
                 return 0
-        # round_size, inlined when there is no power-of-2 rounding
+        # rules.round_size, inlined when there is no power-of-2 rounding
         rounded = self.round_size(size) if self._divisions else -(-size // MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
         p = self._params  # one AllocParams, reused: malloc never re-enters itself
         p.size = rounded
-        p.pool = self.small_blocks if rounded <= SMALL_SIZE else self.large_blocks  # get_pool, inlined
+        p.pool = self.small_blocks if rounded <= SMALL_SIZE else self.large_blocks  # rules.is_small, inlined
         if not self.get_free_block(p):
             # torch computes alloc_size up front; only the paths below read it
             p.alloc_size = self.get_allocation_size(rounded)
@@ -346,7 +327,7 @@ class CachingAllocator:
                     or (self.release_available_cached_blocks(p) and self.alloc_block(p, False))
                     or (self.release_cached_blocks() and self.alloc_block(p, True))):
                 self._raise_oom(p, size)
-        # should_split(p.block, rounded), inlined
+        # rules.should_split(p.block.size, rounded, ...), inlined
         remaining = p.block.size - rounded
         if p.pool.is_small or self._expandable:
             split = remaining >= MIN_BLOCK_SIZE
@@ -371,27 +352,21 @@ class CachingAllocator:
         by_key = pool.by_key
         block = by_key[keys[i]]
         if block.segment.expandable:
+            # best fit by the size a block can grow to (its size plus an unmapped successor). (torch also
+            # skips expandable blocks when expandable_segments was turned off after they were made; the
+            # config is fixed here, so expandable segments exist only while it is on.)
             n = len(keys)
-            if self._expandable:
-                # best fit by the size a block can grow to (its size plus an unmapped successor)
-                nxt = block.next
-                best = block.size + (nxt.size if nxt is not None and not nxt.mapped else 0)
-                j = i + 1
-                while j < n and block.segment.expandable:
-                    cand = by_key[keys[j]]
-                    nxt = cand.next
-                    grow = cand.size + (nxt.size if nxt is not None and not nxt.mapped else 0)
-                    if grow >= best:
-                        break
-                    block, best, i = cand, grow, j
-                    j += 1
-            else:
-                i += 1
-                while i < n and by_key[keys[i]].segment.expandable:
-                    i += 1
-                if i == n:
-                    return False
-                block = by_key[keys[i]]
+            nxt = block.next
+            best = block.size + (nxt.size if nxt is not None and not nxt.mapped else 0)
+            j = i + 1
+            while j < n and block.segment.expandable:
+                cand = by_key[keys[j]]
+                nxt = cand.next
+                grow = cand.size + (nxt.size if nxt is not None and not nxt.mapped else 0)
+                if grow >= best:
+                    break
+                block, best, i = cand, grow, j
+                j += 1
         bsize = block.size
         max_split = self._max_split_size
         if size < max_split:
@@ -404,13 +379,6 @@ class CachingAllocator:
         del by_key[key]
         p.block = block
         return True
-
-    def should_split(self, block: Block, size: int) -> bool:
-        """Return whether ``block`` is split to serve ``size`` bytes (``should_split``)."""
-        remaining = block.size - size
-        if block.segment.pool.is_small or self._expandable:
-            return remaining >= MIN_BLOCK_SIZE
-        return size < self._max_split_size and remaining > SMALL_SIZE
 
     def alloc_block(self, p: _AllocParams, is_retry: bool) -> bool:
         """Get a new segment from the driver for ``p`` (``alloc_block``); sets ``p.block``.
@@ -822,9 +790,6 @@ class CachingAllocator:
 
     # ------------------------------------------------------------------ expandable segments (§9)
 
-    def _page_size(self, pool: BlockPool) -> int:
-        return SMALL_BUFFER if pool.is_small else self._large_segment_size
-
     def find_expandable_block(self, pool: BlockPool, size: int) -> Block:
         """Return the lowest free/unmapped run of at least ``size`` bytes, reserving a new
         expandable segment when none has room (``find_expandable_block``)."""
@@ -840,7 +805,7 @@ class CachingAllocator:
                 b = b.next
             if total >= size:
                 return c
-        page = self._page_size(pool)
+        page = rules.page_size(pool.is_small, self.config)
         total = self.total_memory
         va_size = (total + total // 8 + page - 1) // page * page
         ptr = self._address_space.reserve(va_size)
@@ -964,19 +929,49 @@ class CachingAllocator:
                                allocated_bytes=allocated, reserved_bytes=reserved,
                                device_free_bytes=device_free)
 
-    # ------------------------------------------------------------------ snapshots and checks
+    # ------------------------------------------------------------------ reading the state (public)
 
-    def snapshot(self) -> dict[str, Any]:
+    def iter_segments(self) -> Iterator[Segment]:
+        """Yield the live segments in address order (each a :class:`~memviz.sim.blocks.Segment`).
+
+        Walk a segment's blocks from ``segment.head`` along ``block.next``. Read-only: changing a
+        segment or block corrupts the allocator.
+        """
+        segments = self._segments
+        for base in sorted(segments):
+            yield segments[base]
+
+    def live_block(self, ptr: int) -> Block | None:
+        """Return the allocated block at address ``ptr``, or None (read-only)."""
+        return self._active_blocks.get(ptr)
+
+    def live_count(self) -> int:
+        """Return the number of live allocations (``allocation.all.current``)."""
+        return len(self._active_blocks)
+
+    def trace_entries(self) -> Iterator[tuple[str, int, int, int | None]]:
+        """Yield the recorded history as ``(action, addr, size, time_us)``, oldest first.
+
+        One ``"free"`` entry stands for torch's ``free_requested`` + ``free_completed`` pair; an ``"oom"``
+        entry's ``addr`` is the device's free bytes. ``time_us`` is None without a ``clock``. Empty when
+        the allocator was made with ``record_history=False``.
+        """
+        flat = self._trace  # action, addr, size of each entry in turn
+        times = self._trace_times
+        for k in range(0, len(flat), 3):
+            yield flat[k], flat[k + 1], flat[k + 2], None if times is None else times[k // 3]
+
+    def snapshot(self, *, record: bool = True) -> dict[str, Any]:
         """Return a dict shaped like ``torch.cuda.memory._snapshot()``.
 
         Keys: ``segments`` (sorted by address; one per contiguous mapped range of an expandable
         segment), ``device_traces`` (one list of trace entries for the one device),
-        ``allocator_settings`` and ``external_annotations``. Adds a ``snapshot`` trace entry.
+        ``allocator_settings`` and ``external_annotations``. Adds a ``snapshot`` trace entry first, as
+        torch does, unless ``record=False`` (for exporting a state without changing its history).
         """
-        from .snapshot import build_snapshot
-
-        self._record("snapshot", 0, self.memory_allocated())
-        return build_snapshot(self)
+        if record:
+            self._record("snapshot", 0, self.memory_allocated())
+        return build_snapshot(self.iter_segments(), self.trace_entries(), self.config)
 
     def segments(self) -> list[dict[str, Any]]:
         """Return ``snapshot()["segments"]`` alone: no trace entries are built and none is recorded.
@@ -984,25 +979,15 @@ class CachingAllocator:
         What a live view reads on every redraw: ``snapshot()`` turns the whole trace into dicts, which grows
         with every event since the start.
         """
-        from .snapshot import build_segments
-
-        return build_segments(self)
+        return build_segments(self.iter_segments())
 
     def memory_summary(self, abbreviated: bool = False) -> str:
         """Return the ``torch.cuda.memory_summary()`` table for this allocator's stats."""
-        from .summary import memory_summary
-
         return memory_summary(self.memory_stats(), abbreviated=abbreviated, device_name=self.device_name)
 
     def _check(self) -> None:
-        """Verify every internal invariant; print the segment table and re-raise on failure.
-
-        Blocks tile each segment exactly; no two adjacent free blocks in a non-expandable segment;
-        each free mapped block is in exactly one pool, keyed right; every ``*.current`` stat equals
-        what ``snapshot()`` implies; allocated <= reserved <= allowed.
-        """
-        from .snapshot import check_invariants, format_segment_table
-
+        """Verify every internal invariant (:func:`memviz.sim.invariants.check_invariants`); print the
+        segment table and re-raise on failure."""
         try:
             check_invariants(self)
         except AssertionError:

@@ -64,10 +64,6 @@ class Block:
         self.next = next
         self.gc_count_base = 0
 
-    def is_split(self) -> bool:
-        """Return whether the block shares its segment with other blocks (``prev`` or ``next`` set)."""
-        return self.prev is not None or self.next is not None
-
     def __repr__(self) -> str:
         state = "allocated" if self.allocated else ("free" if self.mapped else "unmapped")
         return f"Block(ptr={self.ptr:#x}, size={self.size}, {state})"

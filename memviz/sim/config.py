@@ -64,11 +64,6 @@ class AllocatorConfig:
     per_process_memory_fraction: float | None = None
     other: dict[str, object] = field(default_factory=dict)
 
-    def divisions_for(self, size: int) -> int:
-        """Return the power-of-2 divisions for ``size`` bytes (``roundup_power2_divisions(size)``)."""
-        index = max(0, size.bit_length() - 1 - 20)
-        return self.roundup_power2_divisions[min(index, ROUNDUP_POWER2_INTERVALS - 1)]
-
 
 def tokenize(conf: str) -> list[str]:
     """Split a config string into tokens at ``, : [ ]``, dropping whitespace (``ConfigTokenizer``)."""

@@ -50,7 +50,6 @@ __all__ = [
     "DeviceStats",
     "decrease_stat",
     "increase_stat",
-    "stat_keys",
 ]
 
 AGGREGATE, SMALL_POOL, LARGE_POOL = 0, 1, 2  # StatType::AGGREGATE, SMALL_POOL, LARGE_POOL
@@ -132,10 +131,11 @@ class DeviceStats:
             by stat type (the aggregate's current is their sum).
         num_alloc_retries, num_device_alloc, num_device_free, num_ooms, num_sync_all_streams: counts.
         max_split_size: bytes, fixed at construction (-1 when unlimited).
+        accumulated_resets: how many times ``reset_accumulated`` ran (0: the totals count from the start).
     """
 
-    __slots__ = ("_base", "agg", "large", "max_split_size", "num_alloc_retries", "num_device_alloc",
-                 "num_device_free", "num_ooms", "num_sync_all_streams", "pool", "pools", "small")
+    __slots__ = ("_base", "accumulated_resets", "agg", "large", "max_split_size", "num_alloc_retries",
+                 "num_device_alloc", "num_device_free", "num_ooms", "num_sync_all_streams", "pool", "pools", "small")
 
     def __init__(self, max_split_size: int) -> None:
         self.small = [0] * _N_POOL_SLOTS
@@ -152,6 +152,7 @@ class DeviceStats:
         self.num_device_free = 0
         self.num_ooms = 0
         self.num_sync_all_streams = 0
+        self.accumulated_resets = 0  # reset_accumulated() calls: totals count from the last one
 
     def get(self, family: str, stat_type: int = AGGREGATE) -> dict[str, int]:
         """Return one stat as torch names its fields: ``{"current", "peak", "allocated", "freed"}``.
@@ -194,6 +195,7 @@ class DeviceStats:
                 b[slot] = s[slot]  # freed = total - current + base = 0
         self.num_alloc_retries = self.num_device_alloc = self.num_device_free = 0
         self.num_ooms = self.num_sync_all_streams = 0
+        self.accumulated_resets += 1
 
     def as_dict(self) -> dict[str, int]:
         """Return the flat, key-sorted dict that ``torch.cuda.memory_stats()`` returns (122 keys in 2.11)."""
@@ -232,8 +234,3 @@ def _sorted_keys() -> tuple[str, ...]:
 
 
 _KEYS = _sorted_keys()  # torch 2.11's 122 keys, in memory_stats() (sorted) order
-
-
-def stat_keys() -> list[str]:
-    """Return the 122 sorted keys of ``torch.cuda.memory_stats()`` in torch 2.9-2.11."""
-    return list(_KEYS)

@@ -16,7 +16,9 @@ import pickle
 from collections.abc import Mapping
 from typing import IO, Any
 
-from .errors import SnapshotError
+from memviz.errors import SnapshotError
+from memviz.sim import CachingAllocator
+
 from .history import SnapshotHistory
 from .load import validate_snapshot
 from .whatif import ReplayResult
@@ -62,10 +64,8 @@ def to_snapshot(source: Any, index: int | None = None) -> dict[str, Any]:
         snap = source.snapshot_at(-1 if index is None else index)
     elif isinstance(source, Mapping):
         snap = validate_snapshot(source, name="<dict>")
-    elif hasattr(source, "malloc") and hasattr(source, "snapshot"):
-        from memviz.sim.snapshot import build_snapshot
-
-        snap = build_snapshot(source)  # like source.snapshot(), without adding a "snapshot" trace entry
+    elif isinstance(source, CachingAllocator):
+        snap = source.snapshot(record=False)  # exporting does not add a "snapshot" entry to its history
     else:
         raise SnapshotError(f"cannot export a {type(source).__name__}: give a CachingAllocator, a ReplayResult, "
                             "a SnapshotHistory or a snapshot dict")

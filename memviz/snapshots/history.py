@@ -24,10 +24,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from memviz.sim.constants import SMALL_BUFFER, SMALL_SIZE
+
 from .errors import SnapshotError
 from .load import TRACE_ACTIONS, load_snapshot
 from .progress import progress_bar
-from .settings import SMALL_BUFFER, SMALL_SIZE, RecordedSettings, settings_from_snapshot
+from .settings import RecordedSettings, settings_from_snapshot
 
 __all__ = ["TRACE_ACTION_CODES", "HistoryTimeline", "InitialBlock", "SnapshotHistory"]
 

@@ -1,27 +1,26 @@
 """The recorded allocator configuration: read ``_snapshot()["allocator_settings"]``, round sizes as it did.
 
 History reconstruction needs two allocator rules to know how big a block was (trace events carry only
-the requested size): ``round_size`` and ``should_split`` (allocator spec §3.1, §3.2, §4.2). They are
-restated here so that :mod:`memviz.snapshots.history` works without :mod:`memviz.sim`. All sizes are
-bytes.
+the requested size): ``round_size`` and ``should_split`` (allocator spec §3.1, §3.2, §4.2). They come from
+:mod:`memviz.sim.rules`, the simulator's own copy, applied to the recorded config. All sizes are bytes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
+
+from memviz.errors import AllocatorConfigError
+from memviz.sim import rules
+from memviz.sim.config import AllocatorConfig, parse_alloc_conf
+from memviz.sim.constants import LARGE_BUFFER, ROUNDUP_POWER2_INTERVALS, SIZE_MAX, MiB
 
 __all__ = ["RecordedSettings", "alloc_conf_from_settings", "settings_from_snapshot"]
 
-MIN_BLOCK_SIZE = 512  # all sizes are rounded to at least 512 bytes (kMinBlockSize)
-SMALL_SIZE = 1 << 20  # largest "small" allocation is 1 MiB (kSmallSize)
-SMALL_BUFFER = 2 << 20  # small-pool segments are 2 MiB (kSmallBuffer)
-LARGE_BUFFER = 20 << 20  # default large segment / expandable large page: 20 MiB (kLargeBuffer)
-MiB = 1 << 20
-SIZE_MAX = (1 << 64) - 1  # "unlimited" max_split_size
-_INTERVALS = 16  # roundup_power2_divisions entries, keyed "1".."32768" (MiB)
-_DIVISION_KEYS = tuple(str(1 << k) for k in range(_INTERVALS))
+# roundup_power2_divisions' keys in allocator_settings: each interval's start in MiB, "1" .. "32768"
+_DIVISION_KEYS = tuple(str(1 << k) for k in range(ROUNDUP_POWER2_INTERVALS))
 
 
 @dataclass(frozen=True)
@@ -38,34 +37,30 @@ class RecordedSettings:
     """
 
     max_split_size: int = SIZE_MAX
-    roundup_power2_divisions: tuple[int, ...] = (0,) * _INTERVALS
+    roundup_power2_divisions: tuple[int, ...] = (0,) * ROUNDUP_POWER2_INTERVALS
     garbage_collection_threshold: float = 0.0
     expandable_segments: bool = False
     large_segment_size: int = LARGE_BUFFER
     max_non_split_rounding_size: int = LARGE_BUFFER
 
+    @cached_property
+    def config(self) -> AllocatorConfig:
+        """These options as the simulator's :class:`~memviz.sim.AllocatorConfig` (what the rules read)."""
+        return AllocatorConfig(
+            settings=self.alloc_conf(), max_split_size=self.max_split_size,
+            max_non_split_rounding_size=self.max_non_split_rounding_size, large_segment_size=self.large_segment_size,
+            roundup_power2_divisions=self.roundup_power2_divisions,
+            garbage_collection_threshold=self.garbage_collection_threshold,
+            expandable_segments=self.expandable_segments,
+        )
+
     def round_size(self, size: int) -> int:
         """Return the block size in bytes the allocator gives a request of ``size`` bytes (``round_size``)."""
-        if size < MIN_BLOCK_SIZE:
-            return MIN_BLOCK_SIZE
-        index = min(max(0, size.bit_length() - 1 - 20), _INTERVALS - 1)
-        divisions = self.roundup_power2_divisions[index]
-        if divisions > 1 and size > MIN_BLOCK_SIZE * divisions:
-            if size & (size - 1) == 0:
-                return size
-            floor2 = 1 << (size.bit_length() - 1)
-            step = floor2 >> (divisions.bit_length() - 1)
-            if step == 0:
-                return 2 * floor2
-            return -(-size // step) * step
-        return -(-size // MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
+        return rules.round_size(size, self.config)
 
     def should_split(self, block_size: int, size: int, *, small: bool, expandable: bool = False) -> bool:
         """Whether a free block of ``block_size`` bytes is split to serve a rounded ``size`` (``should_split``)."""
-        remaining = block_size - size
-        if small or expandable:
-            return remaining >= MIN_BLOCK_SIZE
-        return size < self.max_split_size and remaining > SMALL_SIZE
+        return rules.should_split(block_size, size, self.config, small=small, expandable=expandable)
 
     def alloc_conf(self) -> str:
         """Return the ``PYTORCH_CUDA_ALLOC_CONF`` string that sets these options ('' for the defaults)."""
@@ -90,39 +85,31 @@ class RecordedSettings:
         return ",".join(parts)
 
 
-def _conf_mb(conf: str, key: str) -> int | None:
-    """Return ``key``'s value in MiB from a ``PYTORCH_CUDA_ALLOC_CONF`` string, or None."""
-    tokens = conf.replace(" ", "").replace(",", " ").split()
-    for tok in tokens:
-        name, _, value = tok.partition(":")
-        if name == key and value.isdigit():
-            return int(value)
-    return None
-
-
 def _settings(allocator_settings: Mapping[str, Any]) -> RecordedSettings:
+    """Read ``allocator_settings``: its explicit keys, and what only the ``PYTORCH_CUDA_ALLOC_CONF`` string
+    holds (``large_segment_size_mb``, ``max_non_split_rounding_mb``), parsed by the simulator's parser."""
     s = allocator_settings
     max_split = s.get("max_split_size", -1)
     max_split = SIZE_MAX if not isinstance(max_split, int) or max_split < 0 else max_split
     raw = s.get("roundup_power2_divisions") or {}
     if isinstance(raw, Mapping):
         divs = tuple(int(raw.get(k, 0) or 0) for k in _DIVISION_KEYS)
-    elif isinstance(raw, (list, tuple)) and len(raw) == _INTERVALS:
+    elif isinstance(raw, (list, tuple)) and len(raw) == ROUNDUP_POWER2_INTERVALS:
         divs = tuple(int(v) for v in raw)
     else:
-        divs = (0,) * _INTERVALS
+        divs = (0,) * ROUNDUP_POWER2_INTERVALS
     conf = s.get("PYTORCH_CUDA_ALLOC_CONF") or ""
-    conf = conf if isinstance(conf, str) else ""
-    large_mb = _conf_mb(conf, "large_segment_size_mb")
-    large = large_mb * MiB if large_mb else LARGE_BUFFER
-    rounding_mb = _conf_mb(conf, "max_non_split_rounding_mb")
+    try:
+        parsed = parse_alloc_conf(conf) if isinstance(conf, str) else AllocatorConfig()
+    except AllocatorConfigError:
+        parsed = AllocatorConfig()  # a string torch took but this torch version's parser does not: defaults
     return RecordedSettings(
         max_split_size=max_split,
         roundup_power2_divisions=divs,
         garbage_collection_threshold=float(s.get("garbage_collection_threshold", 0.0) or 0.0),
         expandable_segments=bool(s.get("expandable_segments", False)),
-        large_segment_size=large,
-        max_non_split_rounding_size=rounding_mb * MiB if rounding_mb else large,
+        large_segment_size=parsed.large_segment_size,
+        max_non_split_rounding_size=parsed.max_non_split_rounding_size,
     )
 
 

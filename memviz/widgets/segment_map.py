@@ -35,7 +35,8 @@ import ipywidgets as W
 import numpy as np
 import plotly.graph_objects as go
 
-from memviz.fragmentation import LARGE_PAGE_BYTES, SMALL_PAGE_BYTES
+from memviz.sim.constants import LARGE_BUFFER as LARGE_PAGE_BYTES  # the default large page
+from memviz.sim.constants import SMALL_BUFFER as SMALL_PAGE_BYTES
 from memviz.units import format_bytes
 from memviz.widgets._common import FIXED_AXIS, TEMPLATE, MiB, Piece, legend, line_swatch, mib
 from memviz.widgets.figure import Figure
