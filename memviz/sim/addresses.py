@@ -33,6 +33,12 @@ the allocator's calls, so it is not modelled.
 Expandable segments reserve their (very large) address ranges bottom-up from ``RESERVE_BASE``,
 each aligned to a chunk, reusing the lowest gap that fits.
 
+The address space is finite, as the driver's is (47 bits of user space on x86-64): ``cudaMalloc`` ranges
+lie in ``[VA_SPLIT, MALLOC_TOP)`` and reservations in ``[RESERVE_BASE, VA_SPLIT)``. A request that finds
+no room there fails like the driver call (``malloc`` / ``reserve`` return None, and the allocator treats
+it as a failed ``cudaMalloc``), so every address is positive, below 2**47, and ranges never overlap. With
+devices of at most ``memviz.sim.limits.MAX_DEVICE_BYTES`` (16 TiB) that takes a pathological layout.
+
 Exact driver values are not reproducible (they depend on everything else the process mapped), so
 the addresses are a model; what the simulator relies on is their relative order.
 
@@ -48,12 +54,15 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 
+from .constants import MiB
+
 __all__ = ["AddressSpace"]
 
 CHUNK = 32 << 20  # bytes: the driver's VA reservation granularity observed for cudaMalloc
 MALLOC_TOP = 0x7FE000000000  # first byte held by the CUDA context; cudaMalloc space lies below
 RESERVE_BASE = 0x302000000  # where cuMemAddressReserve ranges start (observed)
-_MiB = 1 << 20
+VA_SPLIT = 1 << 46  # 64 TiB: cudaMalloc ranges stay above, expandable reservations below (see below)
+
 # Free gaps the CUDA context leaves in its own chunks, relative to MALLOC_TOP: (chunk base, gap
 # start) in MiB, oldest first (the newest reservation is searched first).
 _CONTEXT_GAPS = ((480, 488), (384, 414))
@@ -227,8 +236,8 @@ class AddressSpace:
         self._reserved: dict[int, int] = {}  # ptr -> size of reserved VA ranges (expandable)
         self._reserved_starts: list[int] = []  # sorted keys of _reserved
         for base, gap in _CONTEXT_GAPS:
-            block = self._new_block(MALLOC_TOP + base * _MiB, MALLOC_TOP + base * _MiB + CHUNK, True)
-            block.add_gap(MALLOC_TOP + gap * _MiB, block.hi)  # the context's own mapping lies below the gap
+            block = self._new_block(MALLOC_TOP + base * MiB, MALLOC_TOP + base * MiB + CHUNK, True)
+            block.add_gap(MALLOC_TOP + gap * MiB, block.hi)  # the context's own mapping lies below the gap
             self._gap_tree.set(block.slot, block.max_gap())
 
     def _new_block(self, lo: int, hi: int, permanent: bool = False) -> _Reservation:
@@ -251,8 +260,9 @@ class AddressSpace:
         self._by_slot = blocks + [None] * (tree.cap - len(blocks))
         self._next_slot = len(blocks)
 
-    def malloc(self, size: int) -> int:
-        """Return the address ``cudaMalloc(size)`` would give (size in bytes, a multiple of 2 MiB)."""
+    def malloc(self, size: int) -> int | None:
+        """Return the address ``cudaMalloc(size)`` would give (size in bytes, a multiple of 2 MiB), or None
+        when no address range that large is left (nothing changes then)."""
         gap_tree = self._gap_tree
         slot = gap_tree.last_at_least(size)  # the newest reservation with a gap that fits
         if slot >= 0:
@@ -262,6 +272,8 @@ class AddressSpace:
         else:
             need = -(-size // CHUNK) * CHUNK
             ptr = self._new_reservation(need)
+            if ptr is None:
+                return None
             block = self._new_block(ptr, ptr + need)
             block.count = 1
             if need > size:  # the rest of the last chunk stays free inside the reservation
@@ -272,8 +284,9 @@ class AddressSpace:
         self._owner[ptr] = (block, size)
         return ptr
 
-    def _new_reservation(self, need: int) -> int:
-        """Base of ``need`` bytes (whole chunks) at the top of the highest free run longer than that.
+    def _new_reservation(self, need: int) -> int | None:
+        """Base of ``need`` bytes (whole chunks) at the top of the highest free run longer than that, or
+        None when fresh space below every reservation would cross ``VA_SPLIT``.
 
         Updates the run tree for the new reservation (the caller records it in _lows / _by_lo).
         """
@@ -287,6 +300,8 @@ class AddressSpace:
         else:
             lows = self._lows
             top = lows[0] if lows else MALLOC_TOP  # fresh address space below everything
+            if top - need < VA_SPLIT:
+                return None
         runs.set((MALLOC_TOP - top) // CHUNK, 0)  # the new reservation ends where the run ended
         return top - need
 
@@ -316,14 +331,17 @@ class AddressSpace:
             kb = (MALLOC_TOP - below.hi) // CHUNK
             runs.set(kb, runs.tree[runs.cap + kb] + freed)
 
-    def reserve(self, size: int) -> int:
-        """Return the base of a new reserved VA range of ``size`` bytes (lowest chunk-aligned gap)."""
+    def reserve(self, size: int) -> int | None:
+        """Return the base of a new reserved VA range of ``size`` bytes (lowest chunk-aligned gap), or None
+        when no gap below ``VA_SPLIT`` is that large."""
         ptr = RESERVE_BASE
         reserved = self._reserved
         for start in self._reserved_starts:
             if start - ptr >= size:
                 break
             ptr = max(ptr, -(-(start + reserved[start]) // CHUNK) * CHUNK)
+        if ptr + size > VA_SPLIT:
+            return None
         reserved[ptr] = size
         insort(self._reserved_starts, ptr)
         return ptr

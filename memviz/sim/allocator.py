@@ -399,6 +399,8 @@ class CachingAllocator:
         if alloc_size > self.total_memory - self.context_bytes - self.total_allocated_memory:  # device_free_bytes()
             return False
         ptr = self._address_space.malloc(alloc_size)
+        if ptr is None:  # no address range left: cudaMalloc fails, nothing changed
+            return False
         self.total_allocated_memory += alloc_size
         pool = p.pool
         segment = Segment(ptr, alloc_size, pool)
@@ -790,9 +792,10 @@ class CachingAllocator:
 
     # ------------------------------------------------------------------ expandable segments (§9)
 
-    def find_expandable_block(self, pool: BlockPool, size: int) -> Block:
+    def find_expandable_block(self, pool: BlockPool, size: int) -> Block | None:
         """Return the lowest free/unmapped run of at least ``size`` bytes, reserving a new
-        expandable segment when none has room (``find_expandable_block``)."""
+        expandable segment when none has room (``find_expandable_block``); None when the address space
+        has no room for one (``cuMemAddressReserve`` fails)."""
         def allocatable(b: Block | None) -> bool:
             return b is not None and not b.allocated
 
@@ -809,6 +812,8 @@ class CachingAllocator:
         total = self.total_memory
         va_size = (total + total // 8 + page - 1) // page * page
         ptr = self._address_space.reserve(va_size)
+        if ptr is None:
+            return None
         segment = Segment(ptr, va_size, pool, expandable=True, page_size=page)
         self._segments[ptr] = segment
         candidate = Block(va_size, ptr, segment)
@@ -820,6 +825,8 @@ class CachingAllocator:
     def try_allocate_expandable_block(self, pool: BlockPool, size: int) -> Block | None:
         """Map pages so that a free block of ``size`` bytes exists (``try_allocate_expandable_block``)."""
         candidate = self.find_expandable_block(pool, size)
+        if candidate is None:
+            return None
         if not candidate.mapped and not self.map_block(candidate, min(candidate.size, size)):
             return None
         while candidate.size < size:

@@ -3,14 +3,16 @@
 The string is split into tokens at ``, : [ ]`` (whitespace dropped, as ``ConfigTokenizer`` does),
 then read as ``key:value`` pairs separated by commas. Every option torch 2.11 knows is accepted;
 an unknown key or a malformed value raises :class:`AllocatorConfigError` naming the option, with
-torch's own wording where torch has one. Options that do not change a single-stream program's
-stats (``pinned_*``, ``release_lock_on_cudamalloc``, ...) are validated and kept for
-``allocator_settings`` only.
+torch's own wording where torch has one. Numbers are what torch's ``std::stoull`` / ``std::stod`` read,
+in full: ASCII digits (no other script's digits, no ``_``), a decimal point and exponent for fractions.
+Options that do not change a single-stream program's stats (``pinned_*``, ``release_lock_on_cudamalloc``,
+...) are validated and kept for ``allocator_settings`` only.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 from memviz.errors import AllocatorConfigError
@@ -28,6 +30,13 @@ _BOOL_KEYS = (
     "pinned_use_background_threads",
     "graph_capture_record_stream_reuse",
 )
+
+
+# What torch's std::stoull / std::stod read in the C locale, whole: ASCII digits only. Python's int() and float()
+# also take other scripts' digits ("٣", "²") and underscores ("0.6_0"), which torch reads differently or not
+# at all, so a token must match these in full (torch would silently ignore trailing characters; refused here).
+_SIZE_T = re.compile(r"[0-9]+", re.ASCII)
+_DOUBLE = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
 
 
 def _is_power_of_2(n: int) -> bool:
@@ -105,18 +114,17 @@ class _Tokens:
 
     def size_t(self, i: int, key: str) -> int:
         tok = self.get(i, key)
-        if not tok.isdigit():
-            raise AllocatorConfigError(f"CachingAllocator option {key}: expected a non-negative integer "
-                                       f"but got '{tok}'")
+        if not _SIZE_T.fullmatch(tok):
+            raise AllocatorConfigError(f"CachingAllocator option {key}: expected a non-negative integer in ASCII "
+                                       f"digits (0-9) but got '{tok}'")
         return int(tok)
 
     def double(self, i: int, key: str) -> float:
         tok = self.get(i, key)
-        try:
-            value = float(tok)
-        except ValueError:
-            raise AllocatorConfigError(f"CachingAllocator option {key}: expected a number but got "
-                                       f"'{tok}'") from None
+        if not _DOUBLE.fullmatch(tok):
+            raise AllocatorConfigError(f"CachingAllocator option {key}: expected a decimal number such as 0.6 "
+                                       f"(ASCII digits, '.', an optional exponent) but got '{tok}'")
+        value = float(tok)
         if not math.isfinite(value):
             raise AllocatorConfigError(f"CachingAllocator option {key}: expected a finite number but got "
                                        f"'{tok}'")
