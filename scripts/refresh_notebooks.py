@@ -4,7 +4,9 @@
 
 Runs each notebook top to bottom in a fresh kernel of this environment (on the simulator when there is
 no GPU: the saved numbers are the simulator's), then keeps it small: no saved widget state, no widget
-views (they cannot render without that state), sequential execution counts and stable cell ids.
+views (they cannot render without that state), sequential execution counts and stable cell ids. It then
+names what the lessons' style rules forbid: output lines wider than a notebook pane (100 characters), and
+nbval markers written as comments (``# NBVAL_...``) instead of cell tags (``nbval-ignore-output`` etc.).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import nbformat
 from nbclient import NotebookClient
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+PANE_COLUMNS = 100
 
 
 def refresh(path: Path) -> None:
@@ -36,6 +39,24 @@ def refresh(path: Path) -> None:
                 out["execution_count"] = count
     nbformat.write(nb, path)
     print(f"refreshed {path} ({path.stat().st_size // 1024} KiB)")
+    for problem in style_problems(nb):
+        print(f"  {path.name}: {problem}")
+
+
+def style_problems(nb: nbformat.NotebookNode) -> list[str]:
+    """Output lines wider than the pane, and nbval markers written as comments, cell by cell."""
+    problems = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        if any(line.lstrip().startswith("# NBVAL") for line in cell.source.splitlines()):
+            problems.append(f"cell {index}: an nbval marker as a comment; use a cell tag")
+        for out in cell.outputs:
+            text = out.get("text", "") + out.get("data", {}).get("text/plain", "")
+            widest = max((len(line) for line in text.splitlines()), default=0)
+            if widest > PANE_COLUMNS:
+                problems.append(f"cell {index}: an output line of {widest} characters (pane: {PANE_COLUMNS})")
+    return problems
 
 
 def main(argv: list[str]) -> int:
