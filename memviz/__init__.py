@@ -48,6 +48,7 @@ __all__ = [
     "dashboard",
     "dump_snapshot",
     "dumps_snapshot",
+    "fit_panel",
     "format_bytes",
     "load_snapshot",
     "max_batch",
@@ -61,7 +62,8 @@ __all__ = [
 ]
 
 _LAZY = {"dashboard": "memviz.widgets", "SnapshotViewer": "memviz.widgets", "WhatIfTable": "memviz.widgets",
-         "max_batch": "memviz.predict", "predict": "memviz.predict", "predicting": "memviz.predict"}
+         "max_batch": "memviz.predict", "predict": "memviz.predict", "predicting": "memviz.predict",
+         "fit_panel": "memviz.widgets.fit_panel"}
 """Names whose module imports ipywidgets and plotly, or torch (the predictor): loaded on first access (PEP 562)."""
 
 

@@ -27,6 +27,7 @@ EXPORTED = [
     "dashboard",
     "dump_snapshot",
     "dumps_snapshot",
+    "fit_panel",
     "format_bytes",
     "load_snapshot",
     "max_batch",
