@@ -402,10 +402,18 @@ class _Capture(TorchDispatchMode):
     def __init__(self, session: Session) -> None:
         super().__init__()
         self.session = session
+        self._composite: dict[Any, bool] = {}
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         s = self.session
         kwargs = kwargs or {}
+        composite = self._composite.get(func)
+        if composite is None:
+            composite = self._composite[func] = torch._C._dispatch_has_kernel_for_dispatch_key(
+                func.name(), "CompositeImplicitAutograd")
+        if composite:  # reached undecomposed (inference mode): run its decomposition, op by op, as CUDA would
+            with self:
+                return func.decompose(*args, **kwargs)
         if func in _DATA_DEPENDENT and any(isinstance(a, torch.Tensor) and a.is_meta for a in args):
             raise DataDependentError(func.__name__, s.user_line())
         out = func(*args, **kwargs)

@@ -21,7 +21,7 @@ import torch
 
 from .gpus import GpuArch
 
-__all__ = ["RULES", "choose_sdpa_backend"]
+__all__ = ["RULES", "choose_sdpa_backend", "conv_workspace_bytes"]
 
 aten = torch.ops.aten
 
@@ -73,7 +73,72 @@ def _flash_backward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> N
     s.free(ptr1, i1, func.__name__)
 
 
+def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, ...], stride: tuple[int, ...],
+                         element_bytes: int, input_bytes: int, output_bytes: int, weight_bytes: int) -> int:
+    """cuDNN's workspace request in bytes for one 2-D convolution pass (``"forward"``, ``"backward_input"``,
+    ``"backward_weight"``) with ``torch.backends.cudnn.benchmark=False``.
+
+    Measured on the H200 (cuDNN 9.19, ``tests/data/fit/h200_probe.json.gz``: 696 geometries of
+    ResNet-18/50 and a VGG-style net at batches 1/16/64, fp32 and bf16). cuDNN's heuristics pick engines
+    that transform the operands to channels-last, so the workspace is about one copy of each operand
+    (input + output + weight), except where the measurements show a cheaper engine:
+
+    - 1×1 stride 1 is a plain GEMM: none forward and backward-input; backward-weight keeps 64 split-K
+      slices of the weight (at most input + output + 4 weights);
+    - stride 1 with input channels not 16-byte aligned (an RGB stem) runs a direct kernel: none in fp32,
+      and none forward in bf16;
+    - 1×1 strided (a ResNet downsample) with ≤ 64 input channels forward, or ≤ 128 backward-input in fp32:
+      none;
+    - a k×k forward that widens the channels from ≤ 64: input + weight (the output is written in place).
+    """
+    everything = input_bytes + output_bytes + weight_bytes
+    pointwise = all(k == 1 for k in kernel)
+    unit_stride = all(st == 1 for st in stride)
+    if pointwise and unit_stride:
+        return min(64 * weight_bytes, input_bytes + output_bytes + 4 * weight_bytes) \
+            if phase == "backward_weight" else 0
+    if (c_in * element_bytes) % 16 and unit_stride:
+        return 0 if element_bytes == 4 or phase == "forward" else everything
+    if pointwise and ((phase == "forward" and c_in <= 64)
+                      or (phase == "backward_input" and c_in <= 128 and element_bytes == 4)):
+        return 0
+    if phase == "forward" and not pointwise and c_in <= 64 < c_out:
+        return input_bytes + weight_bytes
+    return everything
+
+
+def _conv_geometry(inp: torch.Tensor, weight: torch.Tensor, stride: Any, transposed: bool, groups: int) -> Any:
+    if transposed or groups != 1 or inp.dim() != 4 or not inp.is_floating_point():
+        return None
+    es = inp.element_size()
+    return inp.size(1), weight.size(0), tuple(weight.shape[2:]), tuple(stride), es, inp.numel() * es, \
+        weight.numel() * es
+
+
+def _conv_forward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+    geom = _conv_geometry(args[0], args[1], args[3], args[6], args[8])
+    if geom is not None:
+        c_in, c_out, kernel, stride, es, i_bytes, w_bytes = geom
+        _temporary(s, conv_workspace_bytes("forward", c_in, c_out, kernel, stride, es, i_bytes, out.numel() * es,
+                                           w_bytes), "cudnn_convolution")
+
+
+def _conv_backward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+    grad_out, inp, weight = args[0], args[1], args[2]
+    geom = _conv_geometry(inp, weight, args[4], args[7], args[9])
+    if geom is not None:
+        c_in, c_out, kernel, stride, es, i_bytes, w_bytes = geom
+        o_bytes = grad_out.numel() * es
+        mask = args[10]
+        for phase, wanted in (("backward_input", mask[0]), ("backward_weight", mask[1])):
+            if wanted:
+                _temporary(s, conv_workspace_bytes(phase, c_in, c_out, kernel, stride, es, i_bytes, o_bytes,
+                                                   w_bytes), "cudnn_convolution_backward")
+
+
 RULES: dict[Any, Any] = {
+    aten.convolution.default: _conv_forward,
+    aten.convolution_backward.default: _conv_backward,
     **dict.fromkeys([aten.mm.default, aten.bmm.default, aten.baddbmm.default, aten.addbmm.default,
                      aten.addmv.default, aten.mv.default, aten.dot.default, aten.vdot.default,
                      aten._addmm_activation.default], _cublas),
