@@ -52,7 +52,7 @@ class EventLog(Piece):
     def __init__(self, lab: Lab, *, limit: int = 200, height: str = "160px") -> None:
         super().__init__(lab)
         self.limit = limit
-        self.widget = W.HTML(layout=W.Layout(max_height=height, overflow="auto", width="100%"))
+        self.widget = W.HTML(layout=W.Layout(max_height=height, overflow="auto", width="auto"))
         self.widget.add_class("memviz-event-log")
         self.lines: list[str] = []
         self.refresh()

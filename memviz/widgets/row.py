@@ -1,10 +1,13 @@
 """A row of figures that shares the page's width, and stacks them when two no longer fit.
 
-The plotly figures have no fixed width: plotly.js sizes a figure to its box when it is drawn, on a window
-``resize`` and on JupyterLab's own resize messages. A box can also change width without either (the row
-wrapping, an output area laid out after the figure was drawn), so the row holds a :class:`RowSizer`: a
-zero-height anywidget that watches the row's width (``ResizeObserver``) and, when it changes, sends one
-window ``resize`` event on the next animation frame, which makes every figure fit its box again.
+The plotly figures have no fixed width: plotly.js sizes a figure to its box when it is drawn. A figure drawn
+before its box was laid out takes plotly's default 700 px, and a box can change width later (the window, the
+file browser opening, the row wrapping); in JupyterLab 4 the figure widget does not always follow (measured:
+a window ``resize`` event left a 700 px figure in an 848 px box). So the row holds a :class:`RowSizer`: a
+zero-height anywidget that watches the row's width (``ResizeObserver``, and every 0.5 s for the first 5 s
+after it is shown) and redraws each figure of the row whose drawn width is not its box's
+(``Plotly.Plots.resize``; a window ``resize`` event where ``window.Plotly`` is missing). Nothing runs in the
+kernel: a click costs nothing more.
 """
 
 from __future__ import annotations
@@ -19,17 +22,34 @@ FIGURE_MIN_PX = 520
 window with JupyterLab's file browser open); below that they stack, each the full width."""
 
 _ESM = r"""
+function refit(el) {
+  // every plotly figure of the row whose drawn width is not its box's: plotly.js redraws it at its box's width
+  const row = el.parentElement;
+  if (!row) return;
+  for (const gd of row.querySelectorAll(".js-plotly-plot")) {
+    const box = gd.getBoundingClientRect().width;
+    if (!gd._fullLayout || Math.abs(gd._fullLayout.width - box) < 2) continue;
+    if (window.Plotly && window.Plotly.Plots) window.Plotly.Plots.resize(gd);
+    else window.dispatchEvent(new Event("resize"));
+  }
+}
 function render({ el }) {
   el.classList.add("memviz-row-sizer");
   let last = null, frame = 0;
+  const later = () => { if (!frame) frame = requestAnimationFrame(() => { frame = 0; refit(el); }); };
   const observer = new ResizeObserver(() => {
     const width = Math.round(el.getBoundingClientRect().width);
     if (width === last || width === 0) return;
     last = width;
-    if (!frame) frame = requestAnimationFrame(() => { frame = 0; window.dispatchEvent(new Event("resize")); });
+    later();
   });
   observer.observe(el);
-  return () => { observer.disconnect(); if (frame) cancelAnimationFrame(frame); };
+  // a figure drawn before its box had its width (plotly.js then takes 700 px) is refitted once it has it
+  const timer = setInterval(later, 500);
+  const stop = setTimeout(() => clearInterval(timer), 5000);
+  return () => {
+    observer.disconnect(); clearInterval(timer); clearTimeout(stop); if (frame) cancelAnimationFrame(frame);
+  };
 }
 export default { render };
 """
