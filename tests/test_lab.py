@@ -235,3 +235,19 @@ def test_segments_are_the_snapshots_without_building_or_growing_the_trace(lab):
     snap = lab.snapshot()
     assert len(snap["device_traces"][0]) == before + 1  # only this snapshot's own entry: segments() added none
     assert segments == snap["segments"] and len(segments) == 2
+
+
+def test_group_members_free_one_by_one_and_ops_log_frees_when_memory_goes(lab):
+    from memviz.sim.replay import FREE, MALLOC
+
+    lab.allocate(512, count=5, name="g")
+    keep = lab["g[1]"]  # a reference outside the lab keeps g[1]'s memory
+    lab.free("g[3]")
+    assert lab.groups["g"] == ("g[0]", "g[1]", "g[2]", "g[4]")
+    lab.free("g")
+    assert "g" not in lab.groups and len(lab) == 0
+    kinds = [op.kind for op in lab.ops]
+    assert kinds.count(MALLOC) == 5 and kinds.count(FREE) == 4
+    del keep
+    assert [op.kind for op in lab.ops].count(FREE) == 5
+    assert lab.stats()["allocated_bytes.all.current"] == 0
