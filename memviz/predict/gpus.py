@@ -15,7 +15,7 @@ rule on a test case; it looks up the target's architecture here.
   default. Measured on the H200: 1,048,576 bytes kept.
 - ``context_bytes``: the CUDA context and the libraries' modules, outside the allocator (what
   ``nvidia-smi`` shows beyond ``memory_reserved()``). Measured on the H200 with NVML right after CUDA
-  init: ~1.2 GB (lesson 5); other cards' figures are the same order (driver-dependent) and are used
+  init: ~1.2 GB (lesson 6); other cards' figures are the same order (driver-dependent) and are used
   only for uncapped runs: a cap bounds the allocator itself.
 """
 
