@@ -115,7 +115,7 @@ class ProgramControls:
         if self.fixed:
             text = ", ".join(f"{k}={v!r}" for k, v in self.fixed.items())
             shown.append(W.HTML(f"<small>fixed: <code>{escape(text)}</code></small>"))
-        self.widget = W.HBox(shown, layout=W.Layout(flex_flow="row wrap", align_items="center", gap="4px 12px"))
+        self.widget = W.HBox(shown, layout=W.Layout(flex_flow="row wrap", align_items="center"))
         self.widget.add_class("memviz-fit-args")
 
     def values(self) -> dict[str, Any]:
@@ -158,7 +158,7 @@ class TargetControls:
         self.device.observe(lambda _: self._sync(), names="value")
         self._sync()
         self.widget = W.HBox([self.device, self.custom, self.cap, self.config],
-                             layout=W.Layout(flex_flow="row wrap", align_items="center", gap="4px 12px"))  # fmt: skip
+                             layout=W.Layout(flex_flow="row wrap", align_items="center"))  # fmt: skip
 
     def _sync(self) -> None:
         self.custom.layout.display = None if self.device.value == CUSTOM else "none"
@@ -171,8 +171,10 @@ class TargetControls:
                 larger than the device.
         """
         if self.device.value == CUSTOM:
+            if not self.custom.value.strip():
+                raise ValueError("custom GPU size: type the GPU's memory, e.g. 12 GiB")
             try:
-                device: str | int = parse_size(self.custom.value.strip() or "0")
+                device: str | int = parse_size(self.custom.value.strip())
             except ValueError as error:
                 raise ValueError(f"custom GPU size: {error}") from None
         else:

@@ -124,7 +124,7 @@ class FitPanel:
         title = W.HTML(f"<b>Will it fit?</b> <code>{escape(getattr(fn, '__name__', 'program'))}</code>, predicted "
                        "with no GPU (memviz.predict)")  # fmt: skip
         actions = W.HBox([self.configs_button, self.batches_button, self.real_button],
-                         layout=W.Layout(flex_flow="row wrap", gap="4px 8px"))  # fmt: skip
+                         layout=W.Layout(flex_flow="row wrap"))  # fmt: skip
         self.widget = W.VBox(
             [title, self.args.widget, self.target.widget, W.HBox([self.progress, self.status]), self.banner,
              W.HBox([self.fix_button]), self.fix_html, self.gauges, self.area.widget, self.map_note, self.map.widget,

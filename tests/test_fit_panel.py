@@ -1,0 +1,219 @@
+"""The fit panel without a browser: controls driven by ``.value =`` and ``.click()``, and what every view holds
+compared with real predictions (``memviz.predict`` / ``max_batch``) of the same small programs, made here."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from ipywidgets import fixed
+from torch import nn
+
+import memviz
+from memviz.predict import max_batch, predict
+from memviz.widgets._common import exact_bytes
+from memviz.widgets.fit_controls import ProgramControls
+from memviz.widgets.fit_panel import FitPanel, fit_panel
+from memviz.widgets.fit_report import limit_bytes, phase_spans
+
+
+def train(batch: int = 32, width: int = 2048, amp: bool = False, steps: int = 2) -> None:
+    """A user's training script, as it would run on a GPU."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(512, width), nn.ReLU(), nn.Linear(width, 10)).cuda()
+    opt = torch.optim.AdamW(model.parameters())
+    x = torch.randn(batch, 512, device="cuda")
+    y = torch.randint(0, 10, (batch,), device="cuda")
+    for _ in range(steps):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+def wide(batch: int = 48, steps: int = 1) -> None:
+    """1 MiB of input per sample: the batch decides what fits."""
+    model = nn.Linear(1 << 18, 4).cuda()
+    opt = torch.optim.AdamW(model.parameters())
+    for _ in range(steps):
+        model(torch.randn(batch, 1 << 18, device="cuda")).sum().backward()
+        opt.step()
+        opt.zero_grad()
+
+
+def picky(batch: int = 8) -> None:
+    """Raises for batches it does not take: the panel must show the program's own error."""
+    if batch > 100:
+        raise ValueError(f"batch {batch} is more than this program takes")
+    train(batch=batch, steps=1)
+
+
+@pytest.fixture
+def panel():
+    p = FitPanel(train, device="T4")
+    yield p
+    p.close()
+
+
+def expected(device="T4", cap=None, alloc_conf="", **kwargs):
+    return predict(train, device=device, cap=cap, alloc_conf=alloc_conf, **{"batch": 32, **kwargs})
+
+
+def assert_shows(panel: FitPanel, p) -> None:
+    """Every view of the panel holds the numbers of prediction ``p`` (made independently)."""
+    shown = panel.prediction
+    assert (shown.peak_allocated_bytes, shown.peak_reserved_bytes) == (p.peak_allocated_bytes, p.peak_reserved_bytes)
+    rows = {r["key"]: r for r in panel.gauges.rows}
+    assert rows["allocated"]["text"] == exact_bytes(p.peak_allocated_bytes)
+    assert rows["reserved"]["text"] == exact_bytes(p.peak_reserved_bytes)
+    assert rows["reserved"]["fraction"] == p.peak_reserved_bytes / limit_bytes(p)
+    drawn = panel.area.drawn
+    assert drawn["x"] == list(range(len(p.events)))  # a short run is drawn whole
+    assert drawn["reserved"] == [e.reserved_bytes for e in p.events]
+    stack_at_peak = sum(drawn[cat][p.peak_event_index] for cat in memviz.predict.CATEGORIES)
+    assert stack_at_peak == sum(p.breakdown().values())
+    assert drawn["peak"] == p.peak_event_index
+    assert drawn["phases"] == phase_spans(p)
+    assert not panel.out.outputs, panel.out.outputs
+
+
+def test_controls_are_built_from_the_signature():
+    def program(batch: int = 8, amp: bool = False, lr: float = 1e-3, name: str = "x", depth: int = 18,
+                mode=None, *, seq: int = 128):  # fmt: skip
+        pass
+
+    c = ProgramControls(program, {"depth": [18, 34, 50], "seq": (64, 1024, 64), "name": fixed("y")})
+    kinds = {name: type(w).__name__ for name, w in c.widgets.items()}
+    assert kinds == {"batch": "BoundedIntText", "amp": "Checkbox", "lr": "FloatText", "depth": "Dropdown",
+                     "seq": "IntSlider"}  # fmt: skip
+    assert c.widgets["depth"].options == (18, 34, 50) and c.widgets["depth"].value == 18
+    assert (c.widgets["seq"].min, c.widgets["seq"].max, c.widgets["seq"].value) == (64, 1024, 128)
+    assert c.widgets["batch"].min == 1
+    assert c.values() == {"batch": 8, "amp": False, "lr": 1e-3, "depth": 18, "seq": 128, "name": "y", "mode": None}
+
+
+@pytest.mark.parametrize(
+    ("defaults", "message"),
+    [({"btach": 4}, "takes no argument 'btach'"), ({}, "needs a value for 'data'")],
+)
+def test_controls_refuse_what_the_program_does_not_take(defaults, message):
+    def program(data, batch: int = 8):
+        pass
+
+    with pytest.raises(TypeError, match=message):
+        ProgramControls(program, defaults)
+
+
+def test_panel_shows_the_prediction_and_follows_every_control(panel):
+    assert_shows(panel, expected())
+    assert "fits" in panel.banner.value and panel.fix_button.layout.display == "none"
+    assert [name for name, *_ in panel.area.drawn["phases"]] == ["forward", "backward", "optimizer"] * 2
+    panel.args.widgets["batch"].value = 256
+    assert_shows(panel, expected(batch=256))
+    panel.args.widgets["amp"].value = True
+    assert_shows(panel, expected(batch=256, amp=True))
+    panel.target.device.value = "H200"
+    assert_shows(panel, expected("H200", batch=256, amp=True))
+    panel.target.config.value = "expandable_segments:True"
+    assert_shows(panel, expected("H200", alloc_conf="expandable_segments:True", batch=256, amp=True))
+    panel.target.device.value = "custom size"
+    assert "custom GPU size: type the GPU's memory" in panel.error_text  # the empty box, before the size
+    panel.target.custom.value = "3 GiB"
+    assert_shows(panel, expected(3 << 30, alloc_conf="expandable_segments:True", batch=256, amp=True))
+    assert len(panel.refresh_seconds) == 6  # the first draw and one per change that predicted
+    assert panel.gauges.title.startswith("Simulated GPU 3.00 GiB")
+
+
+def test_segment_map_is_the_cache_at_the_peak(panel):
+    p = panel.prediction
+    bars = panel.map.bars
+    live = sum(bars["live"]["size"])
+    assert live >= p.peak_allocated_bytes or "end of the run" in panel.map_note.value
+    if "at the peak" in panel.map_note.value:
+        assert live == p.events[p.peak_event_index].allocated_bytes
+
+
+def test_oom_banner_names_the_request_and_finds_what_fits():
+    panel = FitPanel(wide, device="T4", cap="80 MiB")
+    p = predict(wide, device="T4", cap="80 MiB", batch=48)  # wide's default batch
+    assert not p.fits and panel.prediction.oom == p.oom
+    text = panel.banner.value
+    assert "OUT OF MEMORY" in text and f"{p.oom.requested_bytes:,} B" in text and p.oom.op in text
+    assert "test_fit_panel.py" in p.oom.line and p.oom.line in text and p.oom.phase in text
+    assert panel.fix_button.layout.display is None
+    panel.fix_button.click()
+    best = max_batch(wide, device="T4", cap="80 MiB", hi=47)
+    assert 1 < best < 48 and f"largest batch that fits under this config: {best}" in panel.fix_html.value
+    fitting = [c or "default" for c in panel.configs if predict(wide, device="T4", cap="80 MiB", alloc_conf=c).fits]
+    assert (f"configs that fit: {', '.join(fitting)}" if fitting else "no config fits") in panel.fix_html.value
+    assert not panel.out.outputs
+    panel.close()
+
+
+def test_bad_input_shows_one_line_and_changes_nothing(panel):
+    before, banner = panel.prediction, panel.banner.value
+    panel.target.cap.value = "lots"
+    assert panel.error_text.startswith("cap: ") and "lots" in panel.error_text
+    panel.target.cap.value = "20 GiB"
+    assert "more than the target GPU" in panel.error_text
+    panel.target.device.value = "custom size"
+    panel.target.custom.value = "big"
+    assert panel.error_text.startswith("custom GPU size: ")
+    assert panel.prediction is before and panel.banner.value == banner
+    assert 'class="memviz-error"' in panel.status.value and not panel.out.outputs
+
+
+def test_the_programs_own_error_is_shown_and_the_last_result_stays():
+    panel = FitPanel(picky)
+    before = panel.prediction
+    panel.args.widgets["batch"].value = 500
+    assert "the program raised ValueError: batch 500 is more than this program takes" in panel.error_text
+    assert "memviz.predict: the program stopped" in panel.error_text
+    assert panel.prediction is before and not panel.out.outputs
+    panel.args.widgets["batch"].value = 50
+    assert panel.error_text == "" and panel.prediction is not before
+    panel.close()
+
+
+def test_configs_side_by_side(panel):
+    panel.configs = ("", "expandable_segments:True")
+    panel.configs_button.click()
+    for conf in panel.configs:
+        p = expected(alloc_conf=conf)
+        assert f"<code>{conf or 'default'}</code></td><td>yes</td><td>{memviz.format_bytes(p.peak_reserved_bytes)}" in (
+            panel.configs_html.value)
+    assert not panel.out.outputs
+
+
+def test_largest_batch_on_each_gpu_is_max_batch():
+    panel = FitPanel(wide, cap="64 MiB")  # the cap binds on both devices
+    rows = panel.largest_batches(("T4", "A100-80GB"))
+    want = max_batch(wide, device="T4", cap="64 MiB")
+    assert [r.largest_batch for r in rows] == [want, want] and want > 1
+    assert f"<td>{want}</td>" in panel.batches_html.value
+    panel.close()
+
+
+def test_progress_bar_moves_while_predicting_and_hides_after():
+    def many(batch: int = 1, n: int = 1100) -> None:
+        xs = [torch.empty(1024, device="cuda") for _ in range(n)]
+        del xs
+
+    panel = FitPanel(many)
+    seen = []
+    panel.progress.observe(lambda change: seen.append(change["new"]), names="value")
+    panel.args.widgets["n"].value = 1200
+    assert any(v >= 1024 for v in seen) and panel.progress.layout.visibility == "hidden"
+    panel.close()
+
+
+def test_real_run_button_only_with_a_gpu(panel):
+    shown = panel.real_button.layout.display is None
+    assert shown == memviz.cuda_available()
+
+
+def test_fit_panel_is_exported():
+    assert memviz.fit_panel is fit_panel
+    with pytest.raises(TypeError, match="batch_arg='nope' is not a parameter"):
+        fit_panel(train, batch_arg="nope")
