@@ -28,7 +28,7 @@ from memviz.devices import SimulatedDevice
 from memviz.events import Event, OOMRecord
 from memviz.fragmentation import Fragmentation, fragmentation
 from memviz.oom import OOMExplanation, explain_oom
-from memviz.shapes import Request, size_request, tensor_request
+from memviz.shapes import Request, read_size, size_request, tensor_request
 from memviz.sim.replay import EMPTY_CACHE, FREE, MALLOC, Op
 from memviz.units import format_bytes
 
@@ -178,8 +178,9 @@ class Lab:
         """Allocate ``count`` tensors, each of ``size`` bytes or of shape ``size`` and ``dtype``.
 
         Args:
-            size: bytes (``40_000``, ``"512 MiB"``, ``"1.5GB"``), or a shape tuple such as
-                ``(2048, 4096, 4096)`` with ``dtype`` (default float32).
+            size: bytes (``40_000``, ``"512 MiB"``, ``"1.5GB"``, ``"1,000"``: commas separate thousands), or
+                a shape such as ``(2048, 4096, 4096)``, ``"(2048, 4096)"`` or ``"100x100"`` with ``dtype``
+                (default float32). A string is read by :func:`memviz.shapes.read_size`, as in the dashboard.
             dtype: only with a shape: ``"float32"``, ``"bfloat16"``, ``torch.float16``, ...
             count: how many tensors (1 to 1,000,000). They are named ``name[0]``, ``name[1]``, ... and
                 form the group ``name``.
@@ -300,6 +301,8 @@ class Lab:
     # -- internals -----------------------------------------------------------------------------------
 
     def _request(self, size: Any, dtype: object) -> Request:
+        if isinstance(size, str):
+            size = read_size(size)  # the dashboard's size box reads the same way
         if isinstance(size, tuple | list):
             return tensor_request(size, "float32" if dtype is None else dtype)
         if dtype is not None:

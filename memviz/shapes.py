@@ -7,12 +7,13 @@ Works without torch; a ``torch.dtype`` is accepted too.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from numbers import Integral
 
 from memviz.units import MAX_BYTES, SizeError, format_bytes, parse_size
 
-__all__ = ["DTYPE_SIZES", "Request", "dtype_name", "size_request", "tensor_request"]
+__all__ = ["DTYPE_SIZES", "Request", "dtype_name", "read_size", "size_request", "tensor_request"]
 
 DTYPE_SIZES: dict[str, int] = {
     "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2,
@@ -102,3 +103,58 @@ def size_request(size: int | str) -> Request:
     """The request for ``size`` bytes (``"512 MiB"``, ``"1.5GB"``, ``40_000``), as a uint8 tensor."""
     nbytes = parse_size(size)
     return Request(nbytes, (nbytes,), "uint8")
+
+
+_DIM = r"[0-9]+(?:_[0-9]+)*"
+_TIMES_RE = re.compile(rf"^{_DIM}(?:\s*[x×*]\s*{_DIM})+$")
+_CLOSE = {"(": ")", "[": "]"}
+
+
+def read_size(text: str) -> int | tuple[int, ...]:
+    """What a typed size means: a shape (a tuple of dimensions) or a number of bytes (an int).
+
+    The one reading of a size for the lab's API (``Lab.allocate("(100, 100)")``) and the dashboard's size
+    box. A shape is in brackets, its dimensions separated by commas as in Python (``"(2048, 4096)"``,
+    ``"[8]"``, ``"(7,)"``), or joined by ``x``, ``×`` or ``*`` (``"100x100"``, ``"2048 × 4096"``). Anything
+    else is bytes for :func:`memviz.units.parse_size`: ``"512 MiB"``, ``"40000"``, and ``"1,024"`` (a
+    thousands separator: 1024 bytes, not a 1 × 24 shape).
+
+    Raises:
+        SizeError: an unclosed or unmatched bracket, a dimension that is not a positive whole number
+            (``"(1, two)"``, ``"(1,024)"``: no leading zeros, as in Python), or a bad size.
+
+    >>> read_size("(2048, 4096)"), read_size("100x100"), read_size("1,024"), read_size("2 KiB")
+    ((2048, 4096), (100, 100), 1024, 2048)
+    """
+    if not isinstance(text, str):
+        raise SizeError(f"a typed size must be a str such as '512 MiB' or '(100, 100)', not {type(text).__name__}")
+    t = text.strip()
+    shown = repr(t) if len(t) <= 40 else repr(t[:37]) + "..."
+    opening = t[:1]
+    if opening in _CLOSE:
+        if not t.endswith(_CLOSE[opening]):
+            raise SizeError(f"unclosed {opening!r} in {shown}: a shape is written {opening}2048, 4096{_CLOSE[opening]}")
+        parts = [p.strip() for p in t[1:-1].split(",")]
+        if len(parts) > 1 and parts[-1] == "":  # "(7,)": Python's one-element tuple
+            parts.pop()
+        if parts == [""]:
+            raise SizeError(f"cannot read {shown} as a shape: it is empty; give at least one dimension, e.g. "
+                            "(2048, 4096) or [8]")
+        return tuple(_dimension(p, shown) for p in parts)
+    if t[-1:] in (")", "]") or "(" in t or "[" in t:
+        raise SizeError(f"unmatched bracket in {shown}: a shape is written (2048, 4096)")
+    if _TIMES_RE.match(t):
+        return tuple(_dimension(p.strip(), shown) for p in re.split(r"[x×*]", t))
+    return parse_size(t)
+
+
+def _dimension(part: str, shown: str) -> int:
+    """One dimension of a typed shape: a positive whole number, digits in ASCII, no leading zero."""
+    if not re.fullmatch(_DIM, part) or (part[0] == "0" and part.strip("0_") != ""):
+        example = "(1, 24)" if "," in shown else "(2048, 4096)"
+        raise SizeError(f"cannot read {shown} as a shape: {part!r} is not a dimension (each is a positive whole "
+                        f"number without a leading zero, e.g. {example})")
+    dim = int(part.replace("_", ""))
+    if dim <= 0:
+        raise SizeError(f"shape {shown} has dimension {dim}; every dimension must be positive")
+    return dim

@@ -6,9 +6,14 @@ Accepted sizes (:func:`parse_size`):
 - a string with a unit: ``"512 MiB"``, ``"1.5GB"``, ``"4096 B"``, ``"2 gib"``. Binary units
   (``KiB MiB GiB TiB``) are powers of 1024, decimal units (``KB MB GB TB``) powers of 1000; the
   unit is case-insensitive. A bare number in a string is bytes.
+- digits may be grouped: ``"1_000_000"`` (Python's underscores) or ``"1,000,000"`` (commas between
+  groups of exactly three digits): ``"1,000"`` is one thousand bytes and ``"1,024"`` 1024 bytes, in
+  the lab's API and in the dashboard's size box alike (a shape there needs brackets or ``x``:
+  ``"(1, 24)"``, ``"1x24"``; see :func:`memviz.shapes.read_size`). ``"1,00"`` is refused.
 
-Anything else — zero, negative, NaN, infinite, a float, a fraction of a byte, an unknown unit —
-raises :class:`SizeError` (a ``ValueError``) whose message says what was wrong.
+Anything else — zero, negative, NaN, infinite, a float, a fraction of a byte, an unknown unit, a
+digit that is not ASCII — raises :class:`SizeError` (an :class:`~memviz.errors.InputError`, so a
+``ValueError``) whose message names the input, the rule and an example to follow.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import math
 import re
 from numbers import Integral
 
+from memviz.errors import InputError
 from memviz.sim import format_size  # bytes as PyTorch's OOM message prints them
 
 __all__ = ["MAX_BYTES", "SizeError", "format_bytes", "format_size", "parse_size"]
@@ -28,10 +34,11 @@ _UNITS = {
     "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
     "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
 }  # fmt: skip
-_SIZE_RE = re.compile(r"^\s*([0-9][0-9_]*(?:\.[0-9]+)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?\s*([A-Za-z]*)\s*$")
+_DIGITS = r"(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+(?:_[0-9]+)*)"  # 1,000,000 or 1_000_000 or 1000000
+_SIZE_RE = re.compile(rf"^\s*({_DIGITS}(?:\.[0-9]+)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?\s*([A-Za-z]*)\s*$")
 
 
-class SizeError(ValueError):
+class SizeError(InputError):
     """A size that is not a positive whole number of bytes, or has an unknown unit."""
 
 
@@ -68,14 +75,21 @@ def parse_size(size: int | str) -> int:
 def _parse_size_string(text: str) -> int:
     match = _SIZE_RE.match(text)
     if match is None:
-        raise SizeError(f"cannot read {text!r} as a size; write e.g. '512 MiB', '1.5GB' or '40000'")
+        shown = repr(text) if len(text) <= 40 else repr(text[:37]) + "..."
+        if "," in text:
+            parts = [p.strip() for p in text.split(",")]
+            digits = all(p.isascii() and p.isdigit() for p in parts) and len(text) < 40
+            shape = f"({', '.join(parts)})" if digits else ""
+            raise SizeError(f"cannot read {shown} as a size: a comma separates thousands, in groups of three "
+                            f"digits ('1,000', '1,048,576 B'); write a shape in brackets, e.g. {shape or '(1, 24)'}")
+        raise SizeError(f"cannot read {shown} as a size; write e.g. '512 MiB', '1.5GB', '40000' or '1,000'")
     number, exponent, unit = match.groups()
     unit_key = unit.lower() or "b"
     if unit_key not in _UNITS:
         known = "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB"
         raise SizeError(f"unknown unit {unit!r} in {text!r}; known units: {known}")
     # Exact decimal arithmetic: "1.5GB" is exactly 1_500_000_000 bytes.
-    whole, _, frac = number.replace("_", "").partition(".")
+    whole, _, frac = number.replace("_", "").replace(",", "").partition(".")
     numerator = int(whole or "0") * 10 ** len(frac) + int(frac or "0")
     denominator = 10 ** len(frac)
     power = int(exponent or "0")

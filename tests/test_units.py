@@ -3,6 +3,8 @@
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memviz.units import MAX_BYTES, SizeError, format_bytes, format_size, parse_size
 
@@ -63,3 +65,36 @@ def test_format_bytes_for_people():
     assert format_bytes(512) == "512 B"
     assert format_bytes(128 << 30) == "128.00 GiB"
     assert format_bytes(-(3 << 20)) == "-3.00 MiB"
+
+
+@pytest.mark.parametrize(("text", "nbytes"), [("1,024", 1024), ("1,000", 1000), ("1,000 MiB", 1000 << 20),
+                                              ("1,048,576 B", 1 << 20), ("2,500.5 KB", 2_500_500)])  # fmt: skip
+def test_commas_separate_thousands(text, nbytes):
+    assert parse_size(text) == nbytes
+
+
+@pytest.mark.parametrize(
+    ("bad", "words"),
+    [("1,00", "groups of three"), ("1,0000", "groups of three"), ("100, 100", r"e\.g\. \(100, 100\)"),
+     ("1,000_000", "groups of three"), ("1__0", "cannot read"), ("1_", "cannot read"),
+     ("١٠٠", "cannot read"), ("0.6_0 GB", "cannot read"), ("(1024, 1024", "cannot read")],
+)  # fmt: skip
+def test_bad_groupings_and_non_ascii_digits_are_refused(bad, words):
+    with pytest.raises(SizeError, match=words):
+        parse_size(bad)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, MAX_BYTES))
+def test_grouped_digits_read_back(n):
+    assert parse_size(f"{n:,}") == parse_size(f"{n:_}") == parse_size(str(n)) == n
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=20))
+def test_any_text_is_bytes_or_a_size_error(text):
+    try:
+        n = parse_size(text)
+    except SizeError:
+        return
+    assert isinstance(n, int) and 1 <= n <= MAX_BYTES

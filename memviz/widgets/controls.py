@@ -12,13 +12,12 @@ shows the lab's own message in the status line and changes nothing; nothing rais
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import ipywidgets as W
 
-from memviz.shapes import DTYPE_SIZES
+from memviz.shapes import DTYPE_SIZES, read_size
 from memviz.widgets._common import Piece, escape, guarded
 from memviz.widgets.backend_panel import CONFIG_PRESETS, BackendPanel
 
@@ -28,23 +27,16 @@ if TYPE_CHECKING:
 
 __all__ = ["CONFIG_PRESETS", "ActionsPanel", "AllocatePanel", "Controls", "parse_size_field"]
 
-_SHAPE_RE = re.compile(r"^[(\[]?\s*\d[\d_]*(\s*[,x×*]\s*\d[\d_]*)*\s*,?\s*[)\]]?$")
-
 
 def parse_size_field(text: str) -> tuple[Any, bool]:
     """What the size box means: ``((2048, 4096), True)`` for a shape, ``("512 MiB", False)`` for bytes.
 
-    A shape has brackets, a comma or an ``x`` between numbers (``"(100, 100)"``, ``"[8]"``, ``"100x100"``,
-    ``"7,"``); anything else is a size for :func:`memviz.units.parse_size` (``"512 MiB"``, ``"40000"``).
+    The lab's own reading, :func:`memviz.shapes.read_size`: a shape has brackets or an ``x`` between
+    numbers (``"(100, 100)"``, ``"[8]"``, ``"100x100"``); anything else is bytes (``"512 MiB"``,
+    ``"40000"``, ``"1,024"``: commas separate thousands). A bad entry raises its ``SizeError``.
     """
-    t = text.strip()
-    is_shape = t[:1] in "([" or any(c in t for c in ",x×*")
-    if is_shape and _SHAPE_RE.match(t):
-        dims = tuple(int(d.replace("_", "")) for d in re.findall(r"\d[\d_]*", t))
-        return dims, True
-    if is_shape and t[:1] in "([":
-        raise ValueError(f"cannot read {text!r} as a shape; write e.g. (2048, 4096)")
-    return t, False
+    value = read_size(text)
+    return (value, True) if isinstance(value, tuple) else (text.strip(), False)
 
 
 def _row(children: list[W.Widget]) -> W.HBox:
