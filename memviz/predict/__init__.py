@@ -86,8 +86,9 @@ def predict(fn: Callable[..., Any], *args: Any, device: Any = "A100-40GB", cap: 
                 if session.oom is None:
                     raise
             except Exception as e:
-                e.add_note(f"memviz.predict: the program stopped after {len(session.events)} allocator events, "
-                           f"in phase {session.phase!r}")
+                if hasattr(e, "add_note"):  # Python 3.11+
+                    e.add_note(f"memviz.predict: the program stopped after {len(session.events)} allocator "
+                               f"events, in phase {session.phase!r}")
                 raise
     finally:
         _active -= 1

@@ -1,0 +1,81 @@
+"""Speed of memviz.predict: per model, trace time, replay time, events, and max_batch time.
+
+usage: python3 benchmarks/bench_predict.py [--repeats N] [--no-max-batch]
+
+For each program of memviz/predict/programs.py at the size the issue names (ResNet-50 batch 32, 3 steps,
+and the others at their recorded sizes), on the H200 preset: the median wall time of ``--repeats``
+predictions (default 3, after one warm-up), the events it made, and the replay alone (the same events
+through a fresh ``memviz.sim.CachingAllocator``: what the simulator costs inside the prediction; the
+rest is tracing). Then the wall time of ``max_batch`` under the recorded caps. Targets on the 2-core CI
+machine: one ResNet-50 b32 prediction ≤ 5 s, ``max_batch`` ≤ 60 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import memviz
+from memviz.predict import programs
+from memviz.sim import CachingAllocator
+
+CASES = [
+    ("mlp b256", programs.mlp_training, {"batch": 256}),
+    ("resnet18 b64", programs.resnet_training, {"batch": 64, "depth": 18}),
+    ("resnet50 b32", programs.resnet_training, {"batch": 32, "depth": 50}),
+    ("convnet b128", programs.convnet_sgd_training, {"batch": 128}),
+    ("gpt b8 bf16", programs.gpt_training, {"batch": 8}),
+    ("gpt b8 bf16 ckpt", programs.gpt_training, {"batch": 8, "checkpoint": True}),
+    ("resnet50 inference b64", programs.resnet_inference, {"batch": 64}),
+]
+SEARCHES = [
+    ("resnet50 cap 6 GiB", lambda b: programs.resnet_training(batch=b, depth=50), "6 GiB"),
+    ("gpt bf16 cap 8 GiB", lambda b: programs.gpt_training(batch=b), "8 GiB"),
+]
+
+
+def replay_seconds(p: memviz.predict.Prediction) -> float:
+    """Time the prediction's allocator calls alone through a fresh allocator."""
+    a = CachingAllocator(p.device.total_memory_bytes)
+    ptrs: dict[int, int] = {}
+    start = time.perf_counter()
+    for i, e in enumerate(p.events):
+        if e.action == "alloc":
+            ptrs[i] = a.malloc(e.nbytes)
+        else:
+            a.free(ptrs.pop(e.alloc_index))
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-max-batch", action="store_true")
+    args = parser.parse_args()
+    memviz.predict(programs.mlp_training, batch=8, steps=1)  # warm-up: imports, first-call costs
+    print(f"{'program':26s} {'predict s':>10s} {'replay s':>9s} {'trace s':>8s} {'events':>7s}  peak reserved")
+    for name, fn, kwargs in CASES:
+        times, p = [], None
+        for _ in range(args.repeats):
+            start = time.perf_counter()
+            p = memviz.predict(fn, device="H200", **kwargs)
+            times.append(time.perf_counter() - start)
+        total = statistics.median(times)
+        replay = replay_seconds(p)
+        print(f"{name:26s} {total:10.2f} {replay:9.3f} {total - replay:8.2f} {len(p.events):7d}  "
+              f"{p.peak_reserved_bytes / 2**20:.0f} MiB", flush=True)
+    if not args.no_max_batch:
+        print(f"\n{'max_batch':26s} {'seconds':>10s} {'batch':>7s}")
+        for name, fn, cap in SEARCHES:
+            start = time.perf_counter()
+            best = memviz.max_batch(fn, device="H200", cap=cap)
+            print(f"{name:26s} {time.perf_counter() - start:10.1f} {best:7d}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

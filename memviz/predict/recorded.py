@@ -1,0 +1,182 @@
+"""The predictor against the real H200 runs in ``tests/data/fit/`` (see its README).
+
+``python -m memviz.predict.recorded`` predicts every recorded run and every recorded largest batch and
+prints the comparison as the Markdown tables of ``docs/predict.md``; ``compare_run`` / ``compare_max_batch``
+do one each (the tests use them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .programs import PROGRAMS
+
+__all__ = ["DATA_DIR", "MaxBatchRow", "RunRow", "compare_max_batch", "compare_run", "load_max_batch", "load_runs"]
+
+DATA_DIR = Path(__file__).resolve().parents[2] / "tests" / "data" / "fit"
+"""Where the recordings are (a source checkout's ``tests/data/fit``)."""
+
+CLIFF = 0.015
+"""Runs within 1.5% of the cliff may miss (the issue's target): a capped run counts as near the cliff when
+its real peak reserved is within this fraction of the cap."""
+
+
+def load_runs(data_dir: Path = DATA_DIR) -> list[dict[str, Any]]:
+    """Every recorded run (``h200/<id>.json.gz``), sorted by id."""
+    runs = []
+    for path in sorted((data_dir / "h200").glob("*.json.gz")):
+        with gzip.open(path, "rt") as f:
+            runs.append(json.load(f))
+    return runs
+
+
+def load_max_batch(data_dir: Path = DATA_DIR) -> list[dict[str, Any]]:
+    """Every recorded largest-batch search (``h200_max_batch.json``)."""
+    return json.loads((data_dir / "h200_max_batch.json").read_text())
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One recorded run and its prediction (bytes; errors are (predicted − real) / real)."""
+
+    run_id: str
+    cap_bytes: int
+    alloc_conf: str
+    real_fits: bool
+    predicted_fits: bool
+    real_allocated_bytes: int
+    predicted_allocated_bytes: int
+    real_reserved_bytes: int
+    predicted_reserved_bytes: int
+    seconds: float
+
+    @property
+    def allocated_error(self) -> float:
+        return (self.predicted_allocated_bytes - self.real_allocated_bytes) / self.real_allocated_bytes
+
+    @property
+    def reserved_error(self) -> float:
+        return (self.predicted_reserved_bytes - self.real_reserved_bytes) / self.real_reserved_bytes
+
+    @property
+    def capped(self) -> bool:
+        """The cap was binding: the run ran out of memory, or its peak came near the cap."""
+        return not self.real_fits or self.real_reserved_bytes > (1 - 0.25) * self.cap_bytes
+
+    @property
+    def near_cliff(self) -> bool:
+        return abs(self.real_reserved_bytes - self.cap_bytes) <= CLIFF * self.cap_bytes
+
+
+def compare_run(run: dict[str, Any], device: str = "H200") -> RunRow:
+    """Predict one recorded run as it was run (program, keyword arguments, config, cap)."""
+    from . import predict
+
+    start = time.perf_counter()
+    p = predict(PROGRAMS[run["program"]], device=device, cap=run["cap_bytes"], alloc_conf=run["alloc_conf"],
+                **run["kwargs"])
+    peaks = run["peaks"]
+    return RunRow(run["id"], run["cap_bytes"], run["alloc_conf"], run["fits"], p.fits, peaks["allocated_bytes"],
+                  p.peak_allocated_bytes, peaks["reserved_bytes"], p.peak_reserved_bytes,
+                  time.perf_counter() - start)
+
+
+@dataclass(frozen=True)
+class MaxBatchRow:
+    """One recorded largest-batch search and the predicted largest batch."""
+
+    search_id: str
+    real: int
+    predicted: int
+    seconds: float
+
+    @property
+    def error(self) -> float:
+        return (self.predicted - self.real) / self.real
+
+
+def compare_max_batch(search: dict[str, Any], device: str = "H200") -> MaxBatchRow:
+    """Predict one recorded search's largest batch (bisection with :func:`memviz.max_batch`)."""
+    from . import max_batch
+
+    program, kwargs = PROGRAMS[search["program"]], search["kwargs"]
+    start = time.perf_counter()
+    best = max_batch(lambda b: program(batch=b, **kwargs), device=device, cap=search["cap_bytes"],
+                     alloc_conf=search["alloc_conf"], lo=max(1, search["max_batch"] // 4))
+    return MaxBatchRow(search["id"], search["max_batch"], best, time.perf_counter() - start)
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.2f}%"
+
+
+def summarize(rows: list[RunRow], searches: list[MaxBatchRow]) -> dict[str, float]:
+    """The figures the targets are stated in."""
+    abs_res = [abs(r.reserved_error) for r in rows]
+    abs_all = [abs(r.allocated_error) for r in rows]
+    capped = [r for r in rows if r.capped]
+    decisive = [r for r in capped if not r.near_cliff]
+    out = {
+        "runs": len(rows),
+        "reserved_median": statistics.median(abs_res), "reserved_worst": max(abs_res),
+        "allocated_median": statistics.median(abs_all), "allocated_worst": max(abs_all),
+        "capped_runs": len(capped),
+        "fits_hit_rate": sum(r.real_fits == r.predicted_fits for r in capped) / max(1, len(capped)),
+        "fits_hit_rate_off_cliff": sum(r.real_fits == r.predicted_fits for r in decisive) / max(1, len(decisive)),
+    }
+    if searches:
+        errors = [abs(s.error) for s in searches]
+        out.update(max_batch_median=statistics.median(errors), max_batch_worst=max(errors))
+    return out
+
+
+def markdown(rows: list[RunRow], searches: list[MaxBatchRow]) -> str:
+    """The tables of docs/predict.md."""
+    lines = ["| run | cap | config | real fits | predicted | peak allocated MiB (real) | error | "
+             "peak reserved MiB (real) | error | seconds |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r.run_id} | {r.cap_bytes / 2**30:.0f} GiB | {r.alloc_conf or 'default'} | "
+                     f"{'fits' if r.real_fits else 'OOM'} | {'fits' if r.predicted_fits else 'OOM'} | "
+                     f"{r.real_allocated_bytes / 2**20:.1f} | {_pct(r.allocated_error)} | "
+                     f"{r.real_reserved_bytes / 2**20:.0f} | {_pct(r.reserved_error)} | {r.seconds:.1f} |")
+    if searches:
+        lines += ["", "| search | real largest batch | predicted | error | seconds |", "|---|---|---|---|---|"]
+        for s in searches:
+            lines.append(f"| {s.search_id} | {s.real} | {s.predicted} | {_pct(s.error)} | {s.seconds:.0f} |")
+    figures = summarize(rows, searches)
+    lines += ["", "| figure | value |", "|---|---|"]
+    lines += [f"| {k} | {v * 100:.2f}% |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in figures.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", default=None, help="run ids containing any of these")
+    parser.add_argument("--no-max-batch", action="store_true", help="skip the largest-batch searches")
+    args = parser.parse_args(argv)
+    runs = [r for r in load_runs() if not args.only or any(o in r["id"] for o in args.only)]
+    rows = []
+    for run in runs:
+        rows.append(compare_run(run))
+        r = rows[-1]
+        print(f"{r.run_id}: reserved {_pct(r.reserved_error)}, allocated {_pct(r.allocated_error)}, "
+              f"fits {r.real_fits}/{r.predicted_fits}", flush=True)
+    searches = []
+    if not args.no_max_batch:
+        for s in load_max_batch():
+            if not args.only or any(o in s["id"] for o in args.only):
+                searches.append(compare_max_batch(s))
+                print(f"{s['id']}: {searches[-1].real} real, {searches[-1].predicted} predicted", flush=True)
+    print()
+    print(markdown(rows, searches))
+
+
+if __name__ == "__main__":
+    main()
