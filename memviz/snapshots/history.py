@@ -19,17 +19,18 @@ All sizes and addresses are bytes. Event ``i`` is ``device_traces[device][i]``; 
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_right, insort
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from memviz.errors import SnapshotError
 from memviz.sim.constants import SMALL_BUFFER, SMALL_SIZE
+from memviz.sim.limits import INT64_MAX, check_index
 
-from .errors import SnapshotError
 from .load import TRACE_ACTIONS, load_snapshot
 from .progress import progress_bar
 from .settings import RecordedSettings, settings_from_snapshot
+from .state import ALLOCATED, INACTIVE, PENDING, FrozenBlock, FrozenSegment, State
 
 __all__ = ["TRACE_ACTION_CODES", "HistoryTimeline", "InitialBlock", "SnapshotHistory"]
 
@@ -38,25 +39,7 @@ __all__ = ["TRACE_ACTION_CODES", "HistoryTimeline", "InitialBlock", "SnapshotHis
 TRACE_ACTION_CODES = (*(a for a in TRACE_ACTIONS if a != "annotate"), "other")
 _CODE = {name: i for i, name in enumerate(TRACE_ACTION_CODES)}
 _SEGMENT_CODES = (_CODE["segment_alloc"], _CODE["segment_free"], _CODE["segment_map"], _CODE["segment_unmap"])
-_ALLOCATED, _PENDING, _INACTIVE = "active_allocated", "active_pending_free", "inactive"
 _CHECKPOINT_EVERY = 2048  # events between stored states; state_at() replays at most this many
-
-
-class _Block:
-    __slots__ = ("addr", "frames", "requested", "seg", "size", "state")
-
-    def __init__(self, addr: int, size: int, requested: int, state: str, frames: Any, seg: _Segment) -> None:
-        self.addr, self.size, self.requested, self.state, self.frames, self.seg = (
-            addr, size, requested, state, frames, seg)
-
-
-class _Segment:
-    __slots__ = ("addr", "blocks", "expandable", "frames", "kind", "size", "stream")
-
-    def __init__(self, addr: int, size: int, stream: int, kind: str, expandable: bool, frames: Any) -> None:
-        self.addr, self.size, self.stream, self.kind, self.expandable, self.frames = (
-            addr, size, stream, kind, expandable, frames)
-        self.blocks: list[_Block] = []
 
 
 @dataclass(frozen=True)
@@ -111,262 +94,6 @@ class HistoryTimeline:
     initial: dict[str, int]
 
 
-class _State:
-    """Segments sorted by address plus an address → block map; mutated by :meth:`apply`."""
-
-    def __init__(self, settings: RecordedSettings) -> None:
-        self.settings = settings
-        self.starts: list[int] = []
-        self.segs: dict[int, _Segment] = {}
-        self.by_addr: dict[int, _Block] = {}
-        self.allocated = self.active = self.requested = self.reserved = 0
-        self.anomalies: list[str] = []
-
-    # -- segments -------------------------------------------------------------------------------
-    def add_segment(self, seg: _Segment) -> None:
-        insort(self.starts, seg.addr)
-        self.segs[seg.addr] = seg
-        for b in seg.blocks:
-            self.by_addr[b.addr] = b
-
-    def drop_segment(self, seg: _Segment) -> None:
-        self.starts.remove(seg.addr)
-        del self.segs[seg.addr]
-        by_addr = self.by_addr
-        for b in seg.blocks:
-            if by_addr.get(b.addr) is b:
-                del by_addr[b.addr]
-
-    def segment_at(self, addr: int) -> _Segment | None:
-        i = bisect_right(self.starts, addr) - 1
-        if i < 0:
-            return None
-        seg = self.segs[self.starts[i]]
-        return seg if addr < seg.addr + seg.size else None
-
-    def _rekey(self, seg: _Segment, new_addr: int) -> None:
-        self.starts.remove(seg.addr)
-        del self.segs[seg.addr]
-        seg.addr = new_addr
-        insort(self.starts, new_addr)
-        self.segs[new_addr] = seg
-
-    # -- events ---------------------------------------------------------------------------------
-    def alloc(self, i: int, addr: int, size: int, frames: Any) -> None:
-        b = self.by_addr.get(addr)
-        if b is None or b.state != _INACTIVE:
-            b = self._carve(i, addr)
-            if b is None:
-                return
-        seg = b.seg
-        rounded = self.settings.round_size(size)
-        small = rounded <= SMALL_SIZE
-        if seg.expandable:
-            seg.kind = "small" if small else "large"
-        if rounded < b.size and self.settings.should_split(b.size, rounded, small=small,
-                                                           expandable=seg.expandable):
-            nb = _Block(addr, rounded, size, _ALLOCATED, frames, seg)
-            seg.blocks.insert(seg.blocks.index(b), nb)
-            b.addr += rounded
-            b.size -= rounded
-            self.by_addr[b.addr] = b
-            self.by_addr[addr] = nb
-            b = nb
-        else:
-            if rounded > b.size:
-                self.anomalies.append(f"event {i}: alloc of {size} B (rounded {rounded}) at {addr} "
-                                      f"only has a {b.size} B free block")
-            b.state, b.requested, b.frames = _ALLOCATED, size, frames
-        self.allocated += b.size
-        self.active += b.size
-        self.requested += size
-
-    def _carve(self, i: int, addr: int) -> _Block | None:
-        """Find the free block containing ``addr`` and split off its head so a block starts at ``addr``."""
-        seg = self.segment_at(addr)
-        if seg is not None:
-            for b in seg.blocks:
-                if b.addr < addr < b.addr + b.size and b.state == _INACTIVE:
-                    head = _Block(b.addr, addr - b.addr, b.requested, _INACTIVE, None, seg)
-                    seg.blocks.insert(seg.blocks.index(b), head)
-                    self.by_addr[head.addr] = head
-                    b.size -= addr - b.addr
-                    b.addr = addr
-                    self.by_addr[addr] = b
-                    return b
-        self.anomalies.append(f"event {i}: alloc at {addr}, where no free block starts")
-        return None
-
-    def free_requested(self, i: int, addr: int) -> None:
-        b = self.by_addr.get(addr)
-        if b is None or b.state != _ALLOCATED:
-            self.anomalies.append(f"event {i}: free_requested at {addr}, where no block is allocated")
-            return
-        b.state = _PENDING
-        self.allocated -= b.size
-
-    def free_completed(self, i: int, addr: int) -> None:
-        b = self.by_addr.get(addr)
-        if b is None or b.state == _INACTIVE:
-            self.anomalies.append(f"event {i}: free_completed at {addr}, where no block is active")
-            return
-        if b.state == _ALLOCATED:
-            self.allocated -= b.size
-        self.active -= b.size
-        self.requested -= b.requested
-        b.state, b.frames = _INACTIVE, None
-        blocks = b.seg.blocks
-        j = blocks.index(b)
-        by_addr = self.by_addr
-        if j + 1 < len(blocks) and blocks[j + 1].state == _INACTIVE:
-            nxt = blocks.pop(j + 1)
-            del by_addr[nxt.addr]
-            b.size += nxt.size
-        if j > 0 and blocks[j - 1].state == _INACTIVE:
-            prv = blocks.pop(j - 1)
-            del by_addr[b.addr]
-            b.addr = prv.addr
-            b.size += prv.size
-            by_addr[b.addr] = b
-        if b.seg.addr == b.addr and b.seg.blocks[0] is not b:
-            self.anomalies.append(f"event {i}: merge order broken at {addr}")
-
-    def segment_alloc(self, addr: int, size: int, stream: int, frames: Any) -> None:
-        kind = "small" if size <= SMALL_BUFFER else "large"
-        seg = _Segment(addr, size, stream, kind, False, frames)
-        seg.blocks.append(_Block(addr, size, 0, _INACTIVE, None, seg))
-        self.add_segment(seg)
-        self.reserved += size
-
-    def segment_free(self, i: int, addr: int, size: int) -> None:
-        seg = self.segs.get(addr)
-        if seg is None:
-            self.anomalies.append(f"event {i}: segment_free at {addr}, where no segment starts")
-            return
-        if len(seg.blocks) != 1 or seg.blocks[0].state != _INACTIVE:
-            self.anomalies.append(f"event {i}: segment_free at {addr} of a segment that is not one free block")
-        self.drop_segment(seg)
-        self.reserved -= seg.size
-
-    def segment_map(self, addr: int, size: int, stream: int, kind: str, frames: Any) -> None:
-        end = addr + size
-        prev = self.segment_at(addr - 1) if addr else None
-        if prev is not None and not (prev.expandable and prev.stream == stream
-                                     and prev.addr + prev.size == addr):
-            prev = None
-        nxt = self.segs.get(end)
-        if nxt is not None and not (nxt.expandable and nxt.stream == stream):
-            nxt = None
-        self.reserved += size
-        if prev is None and nxt is None:
-            seg = _Segment(addr, size, stream, kind, True, frames)
-            seg.blocks.append(_Block(addr, size, 0, _INACTIVE, None, seg))
-            self.add_segment(seg)
-            return
-        if prev is None:
-            assert nxt is not None
-            first = nxt.blocks[0]
-            self._rekey(nxt, addr)
-            nxt.size += size
-            if first.state == _INACTIVE:
-                del self.by_addr[first.addr]
-                first.addr = addr
-                first.size += size
-                self.by_addr[addr] = first
-            else:
-                nb = _Block(addr, size, 0, _INACTIVE, None, nxt)
-                nxt.blocks.insert(0, nb)
-                self.by_addr[addr] = nb
-            return
-        last = prev.blocks[-1]
-        prev.size += size
-        if last.state == _INACTIVE:
-            last.size += size
-        else:
-            last = _Block(addr, size, 0, _INACTIVE, None, prev)
-            prev.blocks.append(last)
-            self.by_addr[addr] = last
-        if nxt is not None:
-            self.starts.remove(nxt.addr)
-            del self.segs[nxt.addr]
-            prev.size += nxt.size
-            blocks = nxt.blocks
-            if blocks[0].state == _INACTIVE:
-                head = blocks.pop(0)
-                del self.by_addr[head.addr]
-                last.size += head.size
-            for b in blocks:
-                b.seg = prev
-            prev.blocks.extend(blocks)
-
-    def segment_unmap(self, i: int, addr: int, size: int) -> None:
-        seg = self.segment_at(addr)
-        end = addr + size
-        if seg is None or end > seg.addr + seg.size:
-            self.anomalies.append(f"event {i}: segment_unmap of [{addr}, {end}) outside any segment")
-            return
-        blocks = seg.blocks
-        j = next(k for k, b in enumerate(blocks) if b.addr <= addr < b.addr + b.size)
-        b = blocks[j]
-        if b.state != _INACTIVE or end > b.addr + b.size:
-            self.anomalies.append(f"event {i}: segment_unmap of [{addr}, {end}) that is not free")
-            return
-        self.reserved -= size
-        b_end = b.addr + b.size
-        left = blocks[:j]
-        right = blocks[j + 1:]
-        del self.by_addr[b.addr]
-        if addr > b.addr:
-            b.size = addr - b.addr
-            left.append(b)
-            self.by_addr[b.addr] = b
-        if b_end > end:
-            tail = _Block(end, b_end - end, 0 if addr > b.addr else b.requested, _INACTIVE, None, seg)
-            right.insert(0, tail)
-            self.by_addr[end] = tail
-        seg_end = seg.addr + seg.size
-        self.starts.remove(seg.addr)
-        del self.segs[seg.addr]
-        if left:
-            seg.blocks = left
-            seg.size = addr - seg.addr
-            insort(self.starts, seg.addr)
-            self.segs[seg.addr] = seg
-        if right:
-            rseg = _Segment(end, seg_end - end, seg.stream, seg.kind, True, seg.frames)
-            rseg.blocks = right
-            for rb in right:
-                rb.seg = rseg
-            insort(self.starts, end)
-            self.segs[end] = rseg
-
-    # -- copies ---------------------------------------------------------------------------------
-    def freeze(self) -> tuple:
-        segs = self.segs
-        return (
-            tuple(
-                (s.addr, s.size, s.stream, s.kind, s.expandable, s.frames,
-                 tuple((b.addr, b.size, b.requested, b.state, b.frames) for b in s.blocks))
-                for s in (segs[a] for a in self.starts)
-            ),
-            (self.allocated, self.active, self.requested, self.reserved),
-        )
-
-    @classmethod
-    def thaw(cls, frozen: tuple, settings: RecordedSettings) -> _State:
-        st = cls(settings)
-        seg_rows, totals = frozen
-        st.allocated, st.active, st.requested, st.reserved = totals
-        for addr, size, stream, kind, expandable, frames, block_rows in seg_rows:
-            seg = _Segment(addr, size, stream, kind, expandable, frames)
-            seg.blocks = [_Block(ba, bs, br, bst, bf, seg) for ba, bs, br, bst, bf in block_rows]
-            st.starts.append(addr)
-            st.segs[addr] = seg
-            for b in seg.blocks:
-                st.by_addr[b.addr] = b
-        return st
-
-
 class SnapshotHistory:
     """The allocator state at every event of a recorded snapshot, rebuilt from its ``device_traces``.
 
@@ -391,17 +118,20 @@ class SnapshotHistory:
     """
 
     def __init__(self, snapshot: Any, device: int = 0, *, progress: bool | None = None) -> None:
+        device = check_index(device, "device", high=INT64_MAX, what="(a CUDA device index)")
         self.snapshot: dict[str, Any] = load_snapshot(snapshot)
         self.device = device
         traces = self.snapshot["device_traces"]
         if device >= len(traces) and traces:
-            raise SnapshotError(f"device {device} has no trace: the snapshot has {len(traces)} device traces")
+            raise SnapshotError(f"device {device} has no trace: the snapshot has {len(traces)} device traces "
+                                f"(pass device=0 to {len(traces) - 1})")
         self.events: list[dict[str, Any]] = traces[device] if device < len(traces) else []
         self.settings: RecordedSettings = settings_from_snapshot(self.snapshot)
         self.final_segments: list[dict[str, Any]] = [
             s for s in self.snapshot["segments"] if s.get("device", 0) == device
         ]
         self._unknown_requested: dict[int, int] = {}
+        self._initial_anomalies: list[str] = []
         self._initial = self._rebuild_initial()
         self.initial_blocks: list[InitialBlock] = self._initial_blocks()
         self._checkpoints: list[tuple] = []
@@ -413,21 +143,21 @@ class SnapshotHistory:
 
     # ------------------------------------------------------------------------------------------
     # Backwards: the state before the first event
-    def _rebuild_initial(self) -> tuple:
+    def _rebuild_initial(self) -> tuple[tuple[FrozenSegment, ...], tuple[int, int, int, int]]:
         settings = self.settings
-        fixed: dict[int, list] = {}  # addr -> [addr, size, stream, kind, frames]
-        ranges: list[list] = []  # expandable mapped ranges: [addr, size, stream, kind, frames]
-        live: dict[int, list] = {}  # addr -> [size | None, requested, state, frames, stream]
+        fixed: dict[int, _Range] = {}  # cudaMalloc segments by address
+        ranges: list[_Range] = []  # mapped ranges of expandable segments
+        live: dict[int, _Live] = {}  # live blocks by address
         for s in self.final_segments:
-            row = [s["address"], s["total_size"], s.get("stream", 0), s["segment_type"], s.get("frames")]
-            if s.get("is_expandable"):
+            row = _Range(s["address"], s["total_size"], s.get("stream", 0), s["segment_type"], s.get("frames"),
+                         bool(s.get("is_expandable")))
+            if row.expandable:
                 ranges.append(row)
             else:
-                fixed[s["address"]] = row
+                fixed[row.addr] = row
             for b in s["blocks"]:
-                if b["state"] != _INACTIVE:
-                    live[b["address"]] = [b["size"], b["requested_size"], b["state"], b.get("frames"),
-                                          s.get("stream", 0)]
+                if b["state"] != INACTIVE:
+                    live[b["address"]] = _Live(b["size"], b["requested_size"], b["state"], b.get("frames"))
         for e in reversed(self.events):
             action = e.get("action")
             if action == "alloc":
@@ -435,30 +165,35 @@ class SnapshotHistory:
             elif action == "free_requested":
                 b = live.get(e["addr"])
                 if b is not None:
-                    b[2] = _ALLOCATED
+                    b.state = ALLOCATED
             elif action == "free_completed":
-                live[e["addr"]] = [None, e["size"], _PENDING, e.get("frames"), e.get("stream", 0)]
+                live[e["addr"]] = _Live(None, e["size"], PENDING, e.get("frames"))
             elif action == "segment_alloc":
                 fixed.pop(e["addr"], None)
             elif action == "segment_free":
                 size = e["size"]
-                fixed[e["addr"]] = [e["addr"], size, e.get("stream", 0),
-                                    "small" if size <= SMALL_BUFFER else "large", e.get("frames")]
+                fixed[e["addr"]] = _Range(e["addr"], size, e.get("stream", 0),
+                                          "small" if size <= SMALL_BUFFER else "large", e.get("frames"), False)
             elif action == "segment_map":
                 _unmap_range(ranges, e["addr"], e["size"])
             elif action == "segment_unmap":
                 _map_range(ranges, e["addr"], e["size"], e.get("stream", 0))
         # Lay the surviving blocks out in their segments, free gaps between them.
-        rows = [(r[0], r[1], r[2], r[3], False, r[4]) for r in fixed.values()]
-        rows += [(r[0], r[1], r[2], r[3], True, r[4]) for r in ranges]
-        rows.sort()
+        rows = sorted([*fixed.values(), *ranges], key=lambda r: r.addr)
         live_addrs = sorted(live)
         k = 0
         frozen_segs = []
         allocated = active = requested = reserved = 0
         unknown = self._unknown_requested
-        for addr, size, stream, kind, expandable, frames in rows:
+        top = None  # the end of the last segment laid out
+        for row in rows:
+            addr, size, expandable = row.addr, row.size, row.expandable
             end = addr + size
+            if top is not None and addr < top:
+                # a recorded segment over another (the final segments and the events disagree): keep the first
+                self._initial_anomalies.append(f"before event 0: segment [{addr}, {end}) overlaps the one below it")
+                continue
+            top = end
             reserved += size
             while k < len(live_addrs) and live_addrs[k] < addr:
                 k += 1  # a live block outside every segment: ignore it
@@ -469,52 +204,44 @@ class SnapshotHistory:
             blocks = []
             cursor = addr
             for n, baddr in enumerate(inside):
-                bsize, breq, bstate, bframes, _ = live[baddr]
+                b = live[baddr]
                 limit = inside[n + 1] if n + 1 < len(inside) else end
-                if bsize is None:
-                    rounded = settings.round_size(breq)
+                if b.size is None:
+                    rounded = settings.round_size(b.requested)
                     gap = limit - baddr
                     small = rounded <= SMALL_SIZE
-                    split = rounded < gap and settings.should_split(gap, rounded, small=small,
-                                                                    expandable=expandable)
-                    bsize = rounded if split else gap
-                    live[baddr][0] = bsize
+                    split = rounded < gap and settings.should_split(gap, rounded, small=small, expandable=expandable)
+                    b.size = rounded if split else gap
                 if baddr > cursor:
                     blocks.append(self._unknown_free(cursor, baddr - cursor, unknown))
-                blocks.append((baddr, bsize, breq, bstate, bframes))
-                cursor = baddr + bsize
-                active += bsize
-                requested += breq
-                if bstate == _ALLOCATED:
-                    allocated += bsize
+                blocks.append(FrozenBlock(baddr, b.size, b.requested, b.state, b.frames))
+                cursor = baddr + b.size
+                active += b.size
+                requested += b.requested
+                if b.state == ALLOCATED:
+                    allocated += b.size
             if cursor < end:
                 blocks.append(self._unknown_free(cursor, end - cursor, unknown))
-            frozen_segs.append((addr, size, stream, kind, expandable, frames, tuple(blocks)))
-        self._live_at_start = live
+            frozen_segs.append(FrozenSegment(addr, size, row.stream, row.kind, expandable, row.frames, tuple(blocks)))
         return (tuple(frozen_segs), (allocated, active, requested, reserved))
 
     @staticmethod
-    def _unknown_free(addr: int, size: int, unknown: dict[int, int]) -> tuple:
+    def _unknown_free(addr: int, size: int, unknown: dict[int, int]) -> FrozenBlock:
         """A free block whose stale ``requested_size`` is unknown yet: a negative placeholder id."""
         token = -(len(unknown) + 1)
         unknown[token] = 0
-        return (addr, size, token, _INACTIVE, None)
+        return FrozenBlock(addr, size, token, INACTIVE, None)
 
     def _initial_blocks(self) -> list[InitialBlock]:
-        out = []
-        for seg in self._initial[0]:
-            stream = seg[2]
-            for addr, size, req, state, _ in seg[6]:
-                if state != _INACTIVE:
-                    out.append(InitialBlock(addr, size, req, stream, state))
-        return out
+        return [InitialBlock(b.addr, b.size, b.requested, seg.stream, b.state)
+                for seg in self._initial[0] for b in seg.blocks if b.state != INACTIVE]
 
     # ------------------------------------------------------------------------------------------
     # Forwards
     def _play(self, progress: bool | None) -> HistoryTimeline:
         events = self.events
         n = len(events)
-        st = _State.thaw(self._initial, self.settings)
+        st = State.thaw(self._initial, self.settings)
         initial = {"allocated_bytes": st.allocated, "active_bytes": st.active,
                    "requested_bytes": st.requested, "reserved_bytes": st.reserved}
         allocated = array("q", bytes(8 * n))
@@ -535,17 +262,24 @@ class SnapshotHistory:
                     bar.update(_CHECKPOINT_EVERY)
             action = e["action"]
             apply(st, i, e)
-            allocated[i] = st.allocated
-            active[i] = st.active
-            requested[i] = st.requested
-            reserved[i] = st.reserved
+            try:  # the timeline holds int64, as torch's counters do
+                allocated[i] = st.allocated
+                active[i] = st.active
+                requested[i] = st.requested
+                reserved[i] = st.reserved
+                if times is not None:
+                    times[i] = e.get("time_us", 0)
+            except (OverflowError, TypeError):
+                raise SnapshotError(
+                    f"device_traces[{self.device}][{i}] ({action}): the memory totals after it "
+                    f"({st.reserved} B reserved, {st.allocated} B allocated) or its time_us "
+                    f"({e.get('time_us')!r}) are not int64 numbers; the snapshot is not one torch recorded"
+                ) from None
             codes[i] = code_of(action, other)
-            if times is not None:
-                times[i] = e.get("time_us", 0)
         if bar is not None:
             bar.update(n - bar.n)
             bar.close()
-        self.anomalies = st.anomalies
+        self.anomalies = self._initial_anomalies + st.anomalies
         self._resolve_unknown(st)
         self._final_state = st
         return HistoryTimeline(
@@ -564,20 +298,20 @@ class SnapshotHistory:
                 return "small" if self.settings.round_size(e["size"]) <= SMALL_SIZE else "large"
         return "large"
 
-    def _resolve_unknown(self, final: _State) -> None:
+    def _resolve_unknown(self, final: State) -> None:
         """Give free blocks that predate recording the stale ``requested_size`` the final snapshot shows."""
         recorded = {}
         for s in self.final_segments:
             for b in s["blocks"]:
-                if b["state"] == _INACTIVE:
+                if b["state"] == INACTIVE:
                     recorded[b["address"]] = b["requested_size"]
         for b in final.by_addr.values():
-            if b.state == _INACTIVE and b.requested < 0 and b.addr in recorded:
+            if b.state == INACTIVE and b.requested < 0 and b.addr in recorded:
                 self._unknown_requested[b.requested] = recorded[b.addr]
 
     # ------------------------------------------------------------------------------------------
     # Queries
-    def _state(self, index: int) -> _State:
+    def _state(self, index: int) -> State:
         n = len(self.events)
         if not -n <= index < n:
             raise IndexError(f"event index {index} out of range for a trace of {n} events")
@@ -585,14 +319,14 @@ class SnapshotHistory:
         if index == n - 1:
             return self._final_state
         c = index // _CHECKPOINT_EVERY
-        st = _State.thaw(self._checkpoints[c], self.settings)
+        st = State.thaw(self._checkpoints[c], self.settings)
         events = self.events
         apply = self._apply
         for i in range(c * _CHECKPOINT_EVERY, index + 1):
             apply(st, i, events[i])
         return st
 
-    def _apply(self, st: _State, i: int, e: dict[str, Any]) -> None:
+    def _apply(self, st: State, i: int, e: dict[str, Any]) -> None:
         """Play trace event ``e`` (number ``i``) onto ``st``; actions that change no block are skipped."""
         action = e["action"]
         if action == "alloc":
@@ -602,15 +336,15 @@ class SnapshotHistory:
         elif action == "free_completed":
             st.free_completed(i, e["addr"])
         elif action == "segment_alloc":
-            st.segment_alloc(e["addr"], e["size"], e.get("stream", 0), e.get("frames"))
+            st.segment_alloc(i, e["addr"], e["size"], e.get("stream", 0), e.get("frames"))
         elif action == "segment_free":
             st.segment_free(i, e["addr"], e["size"])
         elif action == "segment_map":
-            st.segment_map(e["addr"], e["size"], e.get("stream", 0), self._kind_after(i), e.get("frames"))
+            st.segment_map(i, e["addr"], e["size"], e.get("stream", 0), self._kind_after(i), e.get("frames"))
         elif action == "segment_unmap":
             st.segment_unmap(i, e["addr"], e["size"])
 
-    def _export(self, st: _State) -> list[dict[str, Any]]:
+    def _export(self, st: State) -> list[dict[str, Any]]:
         unknown = self._unknown_requested
         device = self.device
         out = []
@@ -622,10 +356,10 @@ class SnapshotHistory:
                 req = unknown.get(b.requested, 0) if b.requested < 0 else b.requested
                 blocks.append({"address": b.addr, "size": b.size, "requested_size": req, "state": b.state,
                                "frames": b.frames if b.frames is not None else []})
-                if b.state != _INACTIVE:
+                if b.state != INACTIVE:
                     active += b.size
                     requested += req
-                    if b.state == _ALLOCATED:
+                    if b.state == ALLOCATED:
                         allocated += b.size
             out.append({
                 "device": device, "address": s.addr, "total_size": s.size, "allocated_size": allocated,
@@ -648,7 +382,7 @@ class SnapshotHistory:
 
     def initial_state(self) -> list[dict[str, Any]]:
         """Return the segments before the first event (what recording started from), like :meth:`state_at`."""
-        return self._export(_State.thaw(self._initial, self.settings))
+        return self._export(State.thaw(self._initial, self.settings))
 
     def snapshot_at(self, index: int) -> dict[str, Any]:
         """Return a full snapshot dict (segments, the events up to ``index``, settings) for export."""
@@ -662,12 +396,6 @@ class SnapshotHistory:
             "allocator_settings": dict(self.snapshot.get("allocator_settings") or {}),
             "external_annotations": [],
         }
-
-    def iter_events(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
-        """Yield ``(index, event)`` for events ``start`` to ``stop`` (exclusive)."""
-        stop = len(self.events) if stop is None else stop
-        for i in range(start, stop):
-            yield i, self.events[i]
 
     def compare_final(self) -> list[str]:
         """Return the differences between the replayed final state and the recorded ``segments`` ([] if equal).
@@ -689,36 +417,58 @@ class SnapshotHistory:
             for b in s["blocks"]:
                 assert b["address"] == cursor, f"segment {s['address']}: gap or overlap at {cursor}"
                 assert b["size"] > 0, f"segment {s['address']}: empty block at {cursor}"
-                free = b["state"] == _INACTIVE
+                free = b["state"] == INACTIVE
                 assert not (free and prev_free), f"segment {s['address']}: unmerged free blocks at {cursor}"
                 prev_free = free
                 cursor += b["size"]
             assert cursor == s["address"] + s["total_size"], f"segment {s['address']}: blocks do not fill it"
 
 
-def _map_range(ranges: list[list], addr: int, size: int, stream: int) -> None:
+@dataclass
+class _Range:
+    """A segment, or a mapped range of an expandable segment, while the start state is rebuilt."""
+
+    addr: int
+    size: int
+    stream: int
+    kind: str
+    frames: Any
+    expandable: bool
+
+
+@dataclass
+class _Live:
+    """A block live at the start, while the start state is rebuilt (``size`` None: not known yet)."""
+
+    size: int | None
+    requested: int
+    state: str
+    frames: Any
+
+
+def _map_range(ranges: list[_Range], addr: int, size: int, stream: int) -> None:
     """Add the mapped range [addr, addr+size) to ``ranges``, merging with touching ranges of the stream."""
     end = addr + size
     kind = "large"
     for r in list(ranges):
-        if r[2] == stream and (r[0] + r[1] == addr or r[0] == end):
-            kind = r[3]
+        if r.stream == stream and (r.addr + r.size == addr or r.addr == end):
+            kind = r.kind
             ranges.remove(r)
-            addr, end = min(addr, r[0]), max(end, r[0] + r[1])
-    ranges.append([addr, end - addr, stream, kind, None])
+            addr, end = min(addr, r.addr), max(end, r.addr + r.size)
+    ranges.append(_Range(addr, end - addr, stream, kind, None, True))
 
 
-def _unmap_range(ranges: list[list], addr: int, size: int) -> None:
+def _unmap_range(ranges: list[_Range], addr: int, size: int) -> None:
     """Remove [addr, addr+size) from the mapped range holding it, splitting the range if needed."""
     end = addr + size
     for r in ranges:
-        r_end = r[0] + r[1]
-        if r[0] <= addr and end <= r_end:
+        r_end = r.addr + r.size
+        if r.addr <= addr and end <= r_end:
             ranges.remove(r)
-            if r[0] < addr:
-                ranges.append([r[0], addr - r[0], r[2], r[3], r[4]])
+            if r.addr < addr:
+                ranges.append(_Range(r.addr, addr - r.addr, r.stream, r.kind, r.frames, True))
             if end < r_end:
-                ranges.append([end, r_end - end, r[2], r[3], r[4]])
+                ranges.append(_Range(end, r_end - end, r.stream, r.kind, r.frames, True))
             return
 
 

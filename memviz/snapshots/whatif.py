@@ -197,30 +197,31 @@ def replay(
     mem_reserved, mem_allocated = sim.memory_reserved, sim.memory_allocated
     bar = progress_bar(len(ops), progress, f"replaying {name or alloc_conf or 'default'}")
     step = 4096
-    # what on_step keeps between calls: the peak seen and the share unallocated there, the next event
-    # to fill in the timeline, and the totals after the previous request
-    seen = {"peak": -1, "frag_at_peak": 0.0, "next": 0, "r": 0, "a": 0}
+    peak = -1
+    frag_at_peak = 0.0
+    last_event = 0  # the next event whose timeline entry is still to fill
+    prev_r = prev_a = 0  # the totals after the previous request
 
     def on_step(j: int, op: Op, oom: OutOfMemoryError | None) -> None:
+        nonlocal peak, frag_at_peak, last_event, prev_r, prev_a
         if bar is not None and j % step == 0 and j:
             bar.update(step)
-        if op.kind == PROBE and oom is None:
+        if oom is None and op[0] == PROBE:
             avoided.append(where[j])
-        r = mem_reserved()
-        if r > seen["peak"]:
-            seen["peak"] = r
-            seen["frag_at_peak"] = (r - mem_allocated()) / r if r else 0.0
+        r = sim.total_allocated_memory  # reserved_bytes.all.current
+        if r > peak:
+            peak = r
+            frag_at_peak = (r - mem_allocated()) / r if r else 0.0
         i = where[j]
         if i < 0:
             return
         if reserved is not None and allocated is not None:
-            prev_r, prev_a = seen["r"], seen["a"]
-            for k in range(seen["next"], i):  # events between requests change nothing in the simulator
+            for k in range(last_event, i):  # events between requests change nothing in the simulator
                 reserved[k] = prev_r
                 allocated[k] = prev_a
-            seen["r"] = reserved[i] = r
-            seen["a"] = allocated[i] = mem_allocated()
-            seen["next"] = i + 1
+            prev_r = reserved[i] = r
+            prev_a = allocated[i] = mem_allocated()
+            last_event = i + 1
         if _probe is not None:
             _probe(i, sim)
 
@@ -228,8 +229,6 @@ def replay(
     outcome = replay_ops(ops, sim, on_step)
     seconds = time.perf_counter() - start
     ooms = [where[j] for j in outcome.oom_steps]
-    frag_at_peak = seen["frag_at_peak"]
-    last_event = seen["next"]
     if bar is not None:
         bar.update(len(ops) - bar.n)
         bar.close()
