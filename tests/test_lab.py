@@ -211,7 +211,7 @@ def test_backend_choices_and_errors():
         select_backend("tpu")
     with pytest.raises(ValueError, match="unknown simulated device"):
         select_backend("sim", device="Voodoo2")
-    with pytest.raises(ValueError, match="cap must be between"):
+    with pytest.raises(ValueError, match=r"is more than the device's 16\.00 GiB: pass a cap up to"):
         select_backend("sim", device="T4", cap="17 GiB")
     with pytest.raises(ValueError, match="max_split_size_mb"):
         Lab("sim", alloc_conf="max_split_size_mb:5")

@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 import sys
 
-from memviz.backends.base import Backend, DriverMemory, fraction_for_cap
+from memviz.backends.base import Backend, DriverMemory, check_alloc_conf, fraction_for_cap
 from memviz.backends.simulated import SimTensor, SimulatedBackend
 from memviz.devices import SimulatedDevice
+from memviz.errors import InputError, InputTypeError
 from memviz.units import parse_size
 
 __all__ = ["Backend", "DriverMemory", "SimTensor", "SimulatedBackend", "cuda_available", "fraction_for_cap",
@@ -57,17 +58,19 @@ def select_backend(
             defaults and the GPU keeps what the process has.
 
     Raises:
-        ValueError: an unknown backend, device or size; RuntimeError: ``"cuda"`` without CUDA.
+        InputError (a ``ValueError``): an unknown backend, device or size, a cap above the device, an
+            ``alloc_conf`` that is not a str or None; RuntimeError: ``"cuda"`` without CUDA.
     """
-    if backend not in KINDS:
-        raise ValueError(f"backend must be one of {', '.join(map(repr, KINDS))}, not {backend!r}")
+    if not isinstance(backend, str) or backend not in KINDS:
+        raise InputError(f"backend must be one of {', '.join(map(repr, KINDS))}, not {backend!r}")
+    alloc_conf = check_alloc_conf(alloc_conf)
     cap_bytes = None if cap is None else parse_size(cap)
     use_cuda = backend == "cuda" or (backend == "auto" and cuda_available())
     if use_cuda:
         from memviz.backends.cuda import CudaBackend
 
-        if device is not None and not isinstance(device, int):
-            raise ValueError(f"a CUDA device is an index such as 0, not {device!r}")
+        if device is not None and (isinstance(device, bool) or not isinstance(device, int)):
+            raise InputTypeError(f"a CUDA device is an index such as 0, not {device!r}")
         return CudaBackend(device or 0, cap_bytes, alloc_conf)
     if device is None:
         device = _mirror_of_real_gpu() or "T4"

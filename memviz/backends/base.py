@@ -7,11 +7,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from memviz.errors import InputError, InputTypeError
 from memviz.shapes import Request
 from memviz.sim.limits import fraction_for_cap  # one copy, shared with the simulator's what-if tools
 from memviz.units import format_bytes
 
-__all__ = ["Backend", "DriverMemory", "fraction_for_cap"]
+__all__ = ["Backend", "DriverMemory", "check_alloc_conf", "fraction_and_cap", "fraction_for_cap"]
 
 
 @dataclass(frozen=True)
@@ -111,3 +112,36 @@ class Backend(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.describe()}>"
+
+
+def check_alloc_conf(alloc_conf: object) -> str | None:
+    """``alloc_conf`` as given if it is a str or None (the lab's boundary check of its type).
+
+    Raises:
+        InputTypeError: anything else (``0``, ``False``, ``[]``: once read as "no config").
+    """
+    if alloc_conf is None or isinstance(alloc_conf, str):
+        return alloc_conf
+    raise InputTypeError(f"alloc_conf must be a str in PYTORCH_CUDA_ALLOC_CONF syntax, e.g. "
+                         f"'expandable_segments:True', or None for the defaults; not {type(alloc_conf).__name__} "
+                         f"{alloc_conf!r}")
+
+
+def fraction_and_cap(cap_bytes: int | None, total_bytes: int) -> tuple[float | None, int | None]:
+    """The memory fraction to set for ``cap_bytes`` and the cap it puts in force, ``int(fraction * total)``.
+
+    The allocator limits the cache to ``int(fraction * total_bytes)`` (``CUDACachingAllocator.cpp``:
+    ``allowed_memory_maximum``), so the cap in force is that, never above ``cap_bytes``: equal to it on
+    every device below 2**53 bytes (8 PiB), one step of the float below it above. ``(None, None)``: no cap.
+
+    Raises:
+        InputError: a cap above the device's memory (the message says the most it may be).
+    """
+    if cap_bytes is None:
+        return None, None
+    if cap_bytes > total_bytes:
+        raise InputError(f"cap={format_bytes(cap_bytes)} ({cap_bytes:,} bytes) is more than the device's "
+                         f"{format_bytes(total_bytes)}: pass a cap up to {total_bytes:,} bytes, or None for no cap")
+    fraction = fraction_for_cap(cap_bytes, total_bytes)
+    assert fraction is not None
+    return fraction, int(fraction * total_bytes)

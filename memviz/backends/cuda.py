@@ -8,7 +8,8 @@ from collections.abc import Mapping
 
 import torch
 
-from memviz.backends.base import Backend, DriverMemory, fraction_for_cap
+from memviz.backends.base import Backend, DriverMemory, check_alloc_conf, fraction_and_cap
+from memviz.errors import InputError
 from memviz.shapes import Request
 
 __all__ = ["CudaBackend"]
@@ -36,6 +37,11 @@ class CudaBackend(Backend):
     def __init__(self, device: int = 0, cap_bytes: int | None = None, alloc_conf: str | None = None) -> None:
         if not torch.cuda.is_available():
             raise RuntimeError("CUDA is not available here; use the simulator (backend='sim')")
+        alloc_conf = check_alloc_conf(alloc_conf)
+        count = torch.cuda.device_count()
+        if isinstance(device, bool) or not isinstance(device, int) or not 0 <= device < count:
+            raise InputError(f"device must be a CUDA device index from 0 to {count - 1} (this machine has {count}), "
+                             f"not {device!r}")
         if alloc_conf is not None:
             if torch.cuda.is_initialized():
                 with warnings.catch_warnings():
@@ -75,9 +81,9 @@ class CudaBackend(Backend):
         torch.cuda.reset_accumulated_memory_stats(self.device)
 
     def set_cap(self, cap_bytes: int | None) -> None:
-        fraction = fraction_for_cap(cap_bytes, self.total_memory_bytes)
+        fraction, cap_in_force = fraction_and_cap(cap_bytes, self.total_memory_bytes)
         torch.cuda.set_per_process_memory_fraction(1.0 if fraction is None else fraction, self.device)
-        self._cap_bytes = cap_bytes
+        self._cap_bytes = cap_in_force
 
     def driver_memory(self) -> DriverMemory:
         free_bytes, total_bytes = torch.cuda.mem_get_info(self.device)

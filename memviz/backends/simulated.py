@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from memviz.backends.base import Backend, fraction_for_cap
-from memviz.devices import SimulatedDevice, simulated_device
+from memviz.backends.base import Backend, check_alloc_conf, fraction_and_cap
+from memviz.devices import PRESETS, SimulatedDevice, simulated_device
+from memviz.errors import InputError
 from memviz.shapes import Request
 from memviz.sim import CachingAllocator, OutOfMemoryError
+from memviz.sim.limits import MAX_DEVICE_BYTES
+from memviz.units import format_bytes
 
 __all__ = ["SimTensor", "SimulatedBackend"]
 
@@ -57,13 +60,17 @@ class SimulatedBackend(Backend):
     def __init__(
         self, device: str | int | SimulatedDevice = "T4", cap_bytes: int | None = None, alloc_conf: str = ""
     ) -> None:
+        alloc_conf = check_alloc_conf(alloc_conf) or ""
         self.device = simulated_device(device)
+        if self.device.total_memory_bytes > MAX_DEVICE_BYTES:
+            raise InputError(f"device={device!r} has {format_bytes(self.device.total_memory_bytes)}; the simulator "
+                             f"models devices of up to {format_bytes(MAX_DEVICE_BYTES)}: pick a preset "
+                             f"({', '.join(PRESETS)}) or a smaller size")
         self.device_name = self.device.name
         self.total_memory_bytes = self.device.total_memory_bytes
-        fraction = fraction_for_cap(cap_bytes, self.total_memory_bytes)
+        fraction, self._cap_bytes = fraction_and_cap(cap_bytes, self.total_memory_bytes)
         self.allocator = CachingAllocator(self.total_memory_bytes, memory_fraction=fraction, alloc_conf=alloc_conf)
         self._alloc_conf = alloc_conf
-        self._cap_bytes = cap_bytes
 
     def empty(self, request: Request) -> SimTensor:
         return SimTensor(self.allocator, self.allocator.malloc(request.nbytes), request)
@@ -87,5 +94,6 @@ class SimulatedBackend(Backend):
         self.allocator.reset_accumulated_memory_stats()
 
     def set_cap(self, cap_bytes: int | None) -> None:
-        self.allocator.set_memory_fraction(fraction_for_cap(cap_bytes, self.total_memory_bytes) or 1.0)
-        self._cap_bytes = cap_bytes
+        fraction, cap_in_force = fraction_and_cap(cap_bytes, self.total_memory_bytes)
+        self.allocator.set_memory_fraction(1.0 if fraction is None else fraction)
+        self._cap_bytes = cap_in_force
