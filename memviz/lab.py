@@ -11,7 +11,9 @@ True
 Every action returns and records an :class:`~memviz.events.Event` with ``memory_stats()`` before and
 after. An out-of-memory error is an event, not an exception: the lab keeps the message and the state,
 and no traceback, frame or partial tensor stays behind to pin memory. Bad input (sizes, units, dtypes,
-shapes, names) raises a ``ValueError`` (``KeyError`` for an unknown name) and changes nothing.
+shapes, names, counts, configs) raises an :class:`~memviz.errors.InputError` (a ``ValueError``; a value of
+the wrong type an :class:`~memviz.errors.InputTypeError`, also a ``TypeError``), ``KeyError`` for an
+unknown name, and changes nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 from memviz.backends import Backend, select_backend
 from memviz.devices import SimulatedDevice
+from memviz.errors import InputError, InputTypeError
 from memviz.events import Event, OOMRecord
 from memviz.fragmentation import Fragmentation, fragmentation
 from memviz.oom import OOMExplanation, explain_oom
@@ -138,9 +141,13 @@ class Lab:
         )
 
     def segment_table(self, limit: int = 12) -> str:
-        """The segment map as text (see :func:`memviz.layout.segment_table`)."""
+        """The segment map as text, at most ``limit`` layouts (an int >= 1; see :func:`memviz.layout.segment_table`)."""
         from memviz.layout import segment_table
 
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            error = InputError if isinstance(limit, int) and not isinstance(limit, bool) else InputTypeError
+            raise error(f"segment_table(limit) is how many segment layouts to show: an int >= 1 such as 12, not "
+                        f"{type(limit).__name__} {limit!r}")
         return segment_table(self.backend.segments(), limit)
 
     def fragmentation(self) -> Fragmentation:
@@ -152,7 +159,7 @@ class Lab:
         return self._entry(name).tensor
 
     def __contains__(self, name: object) -> bool:
-        return name in self._tensors
+        return isinstance(name, str) and name in self._tensors
 
     def __len__(self) -> int:
         return len(self._tensors)
@@ -222,17 +229,23 @@ class Lab:
         del made
         return self._record("allocate", oom is None, tuple(names[:n]), request.nbytes * n, detail, before, oom)
 
-    def free(self, *names: str) -> Event:
+    def free(self, *names: str | list[str] | tuple[str, ...]) -> Event:
         """Drop the lab's reference to tensors by name, or to whole groups by group name.
 
+        Names come as arguments or in lists: ``free("a", "b")`` and ``free(["a", "b"])`` are the same.
         The memory goes back to the cache only when nothing else references the tensor (a variable of
         yours, a cycle, a traceback): the event's ``delta("allocated_bytes.all.current")`` shows it.
 
         Raises:
-            KeyError: an unknown name; nothing is freed.
+            KeyError: an unknown name; InputTypeError: a name that is not a str. Nothing is freed.
         """
+        names = tuple(n for arg in names for n in (arg if isinstance(arg, list | tuple) else (arg,)))
         if not names:
             raise ValueError("free() needs at least one tensor or group name (or use free_all())")
+        for name in names:
+            if not isinstance(name, str):
+                raise InputTypeError(f"free() takes tensor or group names (str), not {type(name).__name__} "
+                                     f"{name!r}: e.g. lab.free('big') or lab.free(['a', 'b'])")
         targets: list[str] = []
         for name in names:
             if name in self._groups:
@@ -278,6 +291,8 @@ class Lab:
 
         Returns the event, or None when nothing changed. The dashboard calls this after every cell.
         """
+        if not isinstance(label, str):
+            raise InputTypeError(f"observe(label) takes a str, not {type(label).__name__} {label!r}")
         now = dict(self.backend.memory_stats())
         if now == self._last_stats:
             return None
@@ -348,6 +363,8 @@ class Lab:
         return self._record("free", True, tuple(names), nbytes, f"{label} ({len(names)} tensors)", before)
 
     def _entry(self, name: str) -> LabTensor:
+        if not isinstance(name, str):
+            raise InputTypeError(f"a tensor's name is a str, not {type(name).__name__} {name!r}: e.g. lab['big']")
         try:
             return self._tensors[name]
         except KeyError:

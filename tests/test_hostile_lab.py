@@ -4,6 +4,8 @@ bad arguments refused with the rule and nothing changed."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memviz.lab import Lab
 from memviz.units import SizeError
@@ -50,3 +52,70 @@ def test_lab_and_dashboard_refuse_the_same_typed_sizes_and_change_nothing(lab, t
     controls.buttons["Allocate"].click()
     assert controls.error and state(lab) == before
     controls.close()
+
+
+# -- bad arguments: refused with the rule, the lab unchanged ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "words"),
+    [
+        (lambda lab: lab.free(3), TypeError, r"free\(\) takes tensor or group names \(str\), not int 3"),
+        (lambda lab: lab.free(["a", None]), TypeError, "not NoneType None"),
+        (lambda lab: lab.free(["a", "nope"]), KeyError, "no tensor or group named 'nope'"),
+        (lambda lab: lab.segment_table("x"), TypeError, r"segment_table\(limit\) is how many segment layouts"),
+        (lambda lab: lab.segment_table(0), ValueError, "an int >= 1 such as 12, not int 0"),
+        (lambda lab: lab.segment_table(True), TypeError, "not bool True"),
+        (lambda lab: lab[["a"]], TypeError, "a tensor's name is a str, not list"),
+        (lambda lab: lab.observe(3), TypeError, r"observe\(label\) takes a str"),
+        (lambda lab: lab.allocate("1 MiB", count=10**6 + 1), ValueError, "count must be an int from 1 to 1,000,000"),
+        (lambda lab: lab.allocate("1 MiB", count=2.0), ValueError, "count must be an int"),
+        (lambda lab: lab.allocate((2, 2), "float33"), ValueError, "unknown dtype"),
+        (lambda lab: lab.allocate("1 MiB", name="a"), ValueError, "already in the lab"),
+    ],
+)
+def test_bad_calls_name_the_rule_and_change_nothing(lab, call, error, words):
+    lab.allocate("1 MiB", name="a")
+    lab.allocate(512, count=3, name="g")
+    before = state(lab)
+    with pytest.raises(error, match=words):
+        call(lab)
+    assert state(lab) == before
+
+
+def test_free_takes_names_as_arguments_or_in_lists(lab):
+    for name in ("a", "b", "c"):
+        lab.allocate("1 MiB", name=name)
+    lab.allocate(512, count=3, name="g")
+    assert lab.free(["a", "b"]).names == ("a", "b")
+    assert lab.free(("c",), "g").names == ("c", "g[0]", "g[1]", "g[2]")
+    assert len(lab) == 0 and ["a"] not in lab
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "words"),
+    [
+        ({"alloc_conf": 0}, TypeError, "alloc_conf must be a str in PYTORCH_CUDA_ALLOC_CONF syntax.*not int 0"),
+        ({"alloc_conf": False}, TypeError, "not bool False"),
+        ({"alloc_conf": []}, TypeError, r"not list \[\]"),
+        ({"backend": 3}, ValueError, "backend must be one of"),
+        ({"device": "1024 TiB"}, ValueError, "device='1024 TiB' has 1024.00 TiB; the simulator models devices of up"),
+        ({"device": 2**62, "cap": 2**62 - 1}, ValueError, "the simulator models devices of up to 16.00 TiB"),
+        ({"device": "T4", "cap": "17 GiB"}, ValueError, "cap=17.00 GiB .* is more than the device's 16.00 GiB"),
+        ({"device": "T4", "cap": 1.5}, ValueError, "float"),
+        ({"device": True}, ValueError, "not True"),
+    ],
+)
+def test_lab_arguments_are_checked_at_the_boundary(kwargs, error, words):
+    with pytest.raises(error, match=words):
+        Lab(**{"backend": "sim", **kwargs})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 1 << 44), st.data())
+def test_a_cap_is_the_limit_in_force(total, data):
+    cap = data.draw(st.integers(1, total))
+    lab = Lab("sim", device=total, cap=cap)
+    limit = lab.backend.allocator.allowed_memory_bytes
+    assert lab.backend.cap_bytes == cap
+    assert limit == (None if cap == total else cap)
