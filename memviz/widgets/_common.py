@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as W
 
+from memviz.errors import MemvizError
 from memviz.units import format_bytes
 
 if TYPE_CHECKING:
@@ -20,7 +21,8 @@ __all__ = [
 ]  # fmt: skip
 
 MiB = 1 << 20  # figure axes are in MiB: dividing by a power of two is exact in float64
-USER_ERRORS = (ValueError, KeyError, TypeError, RuntimeError)  # the lab's messages for bad input
+USER_ERRORS = (MemvizError, ValueError, KeyError, TypeError)  # bad input (memviz.errors and the lab's messages);
+# a RuntimeError is a bug or a failure of torch itself, so it shows its traceback
 
 
 FIXED_AXIS = {"automargin": False, "ticklabeloverflow": "allow", "tickangle": 0}
@@ -90,7 +92,7 @@ def error_text(error: BaseException) -> str:
 def guarded(out: W.Output, on_error: Callable[[str], None] | None = None) -> Callable:
     """Wrap a widget callback so nothing raises out of it.
 
-    Bad input (``ValueError``, ``KeyError``, ``TypeError``, ``RuntimeError``: the lab's own messages) goes to
+    Bad input (:class:`~memviz.errors.MemvizError`, ``ValueError``, ``KeyError``, ``TypeError``) goes to
     ``on_error`` as one line. Anything else is a bug: its traceback is printed into ``out`` so it shows in
     the notebook. The traceback is appended as text, not kept (``Output.capture`` would store it in
     ``sys.last_traceback``, whose frames could pin tensors, the very effect the lessons teach); appending
