@@ -12,11 +12,10 @@ import time
 from dataclasses import dataclass
 from importlib import resources
 
+from memviz.sim.constants import MiB
 from memviz.units import format_bytes
 
 __all__ = ["CacheTimings", "cache_timings", "recorded_h200"]
-
-MiB = 1 << 20
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from typing import Any
 from memviz.errors import InputError, InputTypeError, SnapshotError
 from memviz.sim import CachingAllocator, Op, OutOfMemoryError, fraction_for_cap
 from memviz.sim import replay as replay_ops
+from memviz.sim.constants import MiB
 from memviz.sim.limits import MAX_DEVICE_BYTES, check_bytes, check_fraction
 from memviz.sim.replay import FREE, MALLOC, PROBE
 
@@ -38,7 +39,6 @@ __all__ = [
     "what_if",
 ]
 
-MiB = 1 << 20
 UNLIMITED_DEVICE_BYTES = MAX_DEVICE_BYTES  # default simulated device: 16 TiB, so only a cap can cause an OOM
 _REQUEST_CODES = tuple(TRACE_ACTION_CODES.index(a) for a in ("alloc", "free_completed", "oom"))
 
