@@ -147,7 +147,7 @@ def test_oom_banner_and_marker(dash):
     assert "memviz-oom-explanation" in dash.oom.explanation_html.value
     assert dash.oom.explain_button.layout.display == "none"
     assert dash.timeline.marks["OOM"] == [event.index] == list(dash.timeline.fig.data[3].x)
-    assert dash.timeline.fig.data[3].hovertext[0].startswith("OOM: ")
+    assert dash.timeline.fig.data[3].hovertext[0] == f"OOM at #{event.index}"
     assert "OOM! " in dash.log.lines[0] and "memviz-event-oom" in dash.log.widget.value
     assert_matches_lab(dash)
     click(dash, "Free", free_pick="fill")
@@ -429,7 +429,7 @@ def test_timeline_of_a_long_history_keeps_every_peak_and_marker():
     timeline.refresh()
     data = timeline.fig.data
     n = len(lab.events)
-    assert n > 3000 and len(data[0].x) <= 4 * 3 * timeline.buckets + len(data[3].x)
+    assert n > 3000 and all(len(t.x) <= 4 * timeline.buckets + len(data[3].x) for t in data[:3])
     drawn = dict(zip(data[1].x, data[1].y, strict=True))
     reserved = [e.reserved_bytes / MiB for e in lab.events]
     assert max(drawn.values()) == max(reserved) and data[1].x[-1] == n - 1  # the peak and the latest event
@@ -446,7 +446,7 @@ def test_event_log_summarises_long_name_lists(dash):
     line = dash.log.lines[0]
     assert "free chunk[0], chunk[2], … (200 tensors)" in line and len(line) < 200
     assert "text-overflow:ellipsis" in dash.log.widget.value
-    assert dash.timeline.fig.data[0].hovertext[-1] == line
+    assert dash.timeline.fig.data[0].hovertext[-1] == "#1 free: free chunk[0], chunk[2], … (200 tensors)"
 
 
 def test_segment_map_says_no_segments_and_caps_its_height():
@@ -473,3 +473,16 @@ def test_set_lab_goes_through_every_piece(dash):
     assert all(p.lab is fresh for p in dash.pieces) and not dash.oom._explained and dash.oom.text == ""
     assert list(dash.timeline.fig.data[0].x) == [-1] and dash.segment_map.bars["live"]["size"] == []
     assert dash.controls.kind.value == "simulator"
+
+
+def test_timeline_thins_markers_drawn_on_top_of_one_another():
+    lab = sim_lab()
+    timeline = Timeline(lab, buckets=10)
+    for _ in range(30):
+        lab.gc()
+        lab.empty_cache()
+    timeline.refresh()
+    markers = timeline.fig.data[3]
+    assert len(timeline.marks["gc.collect()"]) == 30 and len(markers.x) <= 2 * 10 + 2
+    assert sorted(set(markers.marker.symbol)) == ["diamond", "triangle-down"] and list(markers.x) == sorted(markers.x)
+    assert "more nearby" in markers.hovertext[0] and markers.x[0] == 0

@@ -55,29 +55,45 @@ class EventLog(Piece):
         self.widget = W.HTML(layout=W.Layout(max_height=height, overflow="auto", width="auto"))
         self.widget.add_class("memviz-event-log")
         self.lines: list[str] = []
+        self._rows_of: Lab | None = None
+        self._rows: dict[int, tuple[str, str]] = {}
         self.refresh()
 
     def _draw(self, stats: Mapping[str, int], segments: list[dict] | None) -> None:
         events = self.lab.events[-self.limit :][::-1]
-        self.lines = [event_line(e) for e in events]
         if not events:
+            self.lines = []
             self.widget.value = '<div class="memviz-event">no events yet</div>'
             return
-        rows = []
-        for event, line in zip(events, self.lines, strict=True):
-            cls = "memviz-event" + ("" if event.ok else " memviz-event-oom")
-            style = "white-space:nowrap;overflow:hidden;text-overflow:ellipsis;"
-            style += "" if event.ok else "color:#d62728;font-weight:600;"
-            tip = str(event) if line != str(event) else line
-            tip = tip if len(tip) <= MAX_TOOLTIP_CHARS else tip[: MAX_TOOLTIP_CHARS - 1] + "…"
-            rows.append(f'<div class="{cls}" style="{style}" title="{escape(tip)}">{escape(line)}</div>')
+        if self._rows_of is not self.lab:  # rows are cached per event: a click renders only the new one
+            self._rows_of, self._rows = self.lab, {}
+        rows = self._rows
+        for event in events:
+            if event.index not in rows:
+                rows[event.index] = _row(event)
+        if len(rows) > 2 * self.limit:
+            for index in [i for i in rows if i < events[-1].index]:
+                del rows[index]
+        self.lines = [rows[e.index][0] for e in events]
         self.widget.value = (
             # width 0 / min-width 100%: the rows take the log's width, never their text's (so they cut with "…")
             '<div style="font-family:var(--jp-code-font-family,monospace);font-size:12px;line-height:1.45;'
-            'width:0;min-width:100%">'
-            + "".join(rows)
-            + "</div>"
+            'width:0;min-width:100%">' + "".join(rows[e.index][1] for e in events) + "</div>"
         )
+
+    def _forget(self) -> None:
+        self._rows_of = None
+
+
+def _row(event: Event) -> tuple[str, str]:
+    """``(line, html)`` of one log row: the summarised line, shown; the whole line, in the tooltip."""
+    line = event_line(event)
+    cls = "memviz-event" + ("" if event.ok else " memviz-event-oom")
+    style = "white-space:nowrap;overflow:hidden;text-overflow:ellipsis;"
+    style += "" if event.ok else "color:#d62728;font-weight:600;"
+    tip = str(event)
+    tip = tip if len(tip) <= MAX_TOOLTIP_CHARS else tip[: MAX_TOOLTIP_CHARS - 1] + "…"
+    return line, f'<div class="{cls}" style="{style}" title="{escape(tip)}">{escape(line)}</div>'
 
 
 _BANNER = "border:2px solid #d62728;background:#fdecea;padding:6px 10px;border-radius:4px;line-height:1.45"

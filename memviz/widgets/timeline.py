@@ -2,13 +2,13 @@
 
 The x axis is the event number, the same as the event log's: event ``#3`` is the step at x = 3, and the lab's
 start (the state before ``#0``) is the level left of x = 0. y is in MiB (exact: bytes / 2**20), and the hover
-shows every event's line from the log with exact bytes. The x range always ends past the latest event, so the
-newest step is inside the plot with room to spare.
+shows the event (number, action, detail, as the log names it) above the three values after it. The x range
+always ends past the latest event, so the newest step is inside the plot with room to spare.
 
 A click's cost stays flat in the length of the history: each event's values and hover line are computed once,
 when the event is new, and a long history is drawn through each slice's first, last, lowest and highest event
 (:func:`~memviz.widgets.downsample.envelope_of`; every peak, trough and marker is kept), at most
-``4 * buckets`` points a line.
+``4 * buckets`` points a line (plus the markers' events).
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ import plotly.graph_objects as go
 
 from memviz.widgets._common import FIXED_AXIS, TEMPLATE, Piece, legend, line_swatch, marker_swatch, mib
 from memviz.widgets.downsample import envelope_of
-from memviz.widgets.event_log import event_line
+from memviz.widgets.event_log import short_detail
 from memviz.widgets.figure import Figure
 
 if TYPE_CHECKING:
     from memviz.events import Event
     from memviz.lab import Lab
 
-__all__ = ["BUCKETS", "Timeline"]
+__all__ = ["BUCKETS", "Timeline", "hover_line"]
 
 KEYS = (  # (name, stat key, colour, line width in px, dash)
     ("allocated", "allocated_bytes.all.current", "#1f77b4", 3, "solid"),
@@ -41,37 +41,84 @@ MARKERS = (  # (kind, event test, marker symbol, colour): all drawn by one trace
     ("empty_cache()", lambda e: e.action == "empty_cache", "diamond", "#8c564b"),
     ("OOM", lambda e: e.oom is not None, "x", "#d62728"),
 )
-BUCKETS = 200
+BUCKETS = 120
 """Slices of a long history: up to ``4 * BUCKETS`` events are drawn whole, a longer one through each slice's
-first, last, lowest and highest event (a plot is 400-900 px wide)."""
+first, last, lowest and highest event (a plot is 400-900 px wide). Each drawn point's hover line costs the
+kernel about 8 µs a click (plotly's checks and the message), so this bounds a click's cost too."""
 START_X = -1  # the lab's start: the level before event #0
 
 
+def hover_line(event: Event) -> str:
+    """The event's line in the hover: its number and action as in the log, and its (summarised) detail; the
+    hover lists the bytes after it below."""
+    return f"#{event.index} {event.action}: {'' if event.ok else 'OOM! '}{short_detail(event)}"
+
+
 class _History:
-    """What the timeline draws of each event, computed once per event (the lab's events never change)."""
+    """What the timeline draws of each event, computed once per event (the lab's events never change).
+
+    ``values`` holds allocated / reserved / active in MiB, one column per point (the start, then each event),
+    in an array that doubles when full; ``markers`` the marker arrays, rebuilt only when a marker is added.
+    """
 
     def __init__(self, lab: Lab, stats: Mapping[str, int]) -> None:
         events = lab.events
         start = events[0].stats_before if events else stats
         self.lab = lab
-        self.values: list[list[float]] = [[mib(start.get(key, 0))] for _, key, *_ in KEYS]
+        self.values = np.zeros((len(KEYS), 1024))
+        self.values[:, 0] = [mib(start.get(key, 0)) for _, key, *_ in KEYS]
+        self.n = 1  # points so far
         self.texts: list[str] = ["lab start (before #0)" if events else "now: no events yet"]
         self.marks: dict[str, list[int]] = {kind: [] for kind, *_ in MARKERS}
-        self.markers: list[tuple[int, str, str, str]] = []  # (event index, symbol, colour, hover text)
+        self._markers: list[tuple[int, str, str, str]] = []  # (event index, symbol, colour, hover text)
+        self.markers: dict[str, np.ndarray] = self._marker_arrays()
         self.seen = 0
 
     def add(self, events: list[Event]) -> None:
-        for e in events[self.seen :]:
+        new = events[self.seen :]
+        if not new:
+            return
+        if self.n + len(new) > self.values.shape[1]:
+            grown = np.zeros((len(KEYS), 2 * (self.n + len(new))))
+            grown[:, : self.n] = self.values[:, : self.n]
+            self.values = grown
+        marked = False
+        for e in new:
             stats = e.stats_after
-            for values, (_, key, *_) in zip(self.values, KEYS, strict=True):
-                values.append(mib(stats.get(key, 0)))
-            line = event_line(e)
-            self.texts.append(line)
+            self.values[:, self.n] = [mib(stats.get(key, 0)) for _, key, *_ in KEYS]
+            self.n += 1
+            self.texts.append(hover_line(e))
             for kind, test, symbol, color in MARKERS:
                 if test(e):
                     self.marks[kind].append(e.index)
-                    self.markers.append((e.index, symbol, color, f"{kind}: {line}"))
+                    self._markers.append((e.index, symbol, color, f"{kind} at #{e.index}"))
+                    marked = True
         self.seen = len(events)
+        if marked:
+            self.markers = self._marker_arrays()
+
+    def _marker_arrays(self) -> dict[str, np.ndarray]:
+        columns = list(zip(*self._markers, strict=True)) or [(), (), (), ()]
+        index = np.asarray(columns[0], dtype=np.int64)
+        return {"x": index.astype(float), "point": index - START_X, "symbol": np.array(columns[1], dtype=object),
+                "color": np.array(columns[2], dtype=object), "text": np.array(columns[3], dtype=object)}  # fmt: skip
+
+
+def thin_markers(markers: dict[str, np.ndarray], n: int, buckets: int) -> dict[str, np.ndarray]:
+    """At most one marker of each kind per slice of the history once there are more than ``2 * buckets``
+    markers: in a slice a few px wide they would be drawn on top of one another. The one kept is the slice's
+    first of that kind; its hover says how many it stands for."""
+    if len(markers["x"]) <= 2 * buckets:
+        return markers
+    width = -(-n // buckets)
+    key = (markers["point"] // width) * len(MARKERS) + np.unique(markers["symbol"], return_inverse=True)[1]
+    _, first, counts = np.unique(key, return_index=True, return_counts=True)
+    order = np.argsort(first)  # in event order
+    first, counts = first[order], counts[order]
+    kept = {k: v[first] for k, v in markers.items()}
+    kept["text"] = np.array([t if c == 1 else f"{t} and {c - 1} more nearby" for t, c in zip(kept["text"], counts,
+                             strict=True)], dtype=object)  # fmt: skip
+    return kept
 
 
 class Timeline(Piece):
@@ -81,13 +128,14 @@ class Timeline(Piece):
     ``fig.data[0]`` allocated, ``[1]`` reserved, ``[2]`` active (y in MiB, x the event number as in the log;
     the first point, at x = -1, is the lab's start), ``[3]`` the markers of every kind (y at reserved after
     the event; one trace, not one per kind: each trace costs every redraw). ``marks`` maps each kind in
-    ``MARKERS`` to its events' numbers. A history longer than ``4 * buckets`` events is drawn through the
-    events :func:`~memviz.widgets.downsample.envelope_of` picks (every marker's event among them).
+    ``MARKERS`` to its events' numbers. A history longer than ``4 * buckets`` events is drawn, line by line,
+    through the events :func:`~memviz.widgets.downsample.envelope_of` picks for that line (its own peaks and
+    troughs, and every marker's event).
 
     Args:
         lab: the lab to show.
         height: of the figure, in px (default 260). Its width follows the page (the dashboard's row).
-        buckets: see ``BUCKETS`` (default 200).
+        buckets: see ``BUCKETS`` (default 120).
     """
 
     def __init__(self, lab: Lab, *, height: int = 260, buckets: int = BUCKETS) -> None:
@@ -132,23 +180,20 @@ class Timeline(Piece):
             h = self._history = _History(self.lab, stats)
         h.add(events)
         self.marks = {kind: list(xs) for kind, xs in h.marks.items()}
-        n = len(h.texts)  # points: the start, then one per event
+        n = h.n  # points: the start, then one per event
         xs = np.arange(START_X, START_X + n, dtype=float)
-        series = [np.asarray(values) for values in h.values]
-        picks = envelope_of(series, (m[0] - START_X for m in h.markers), self.buckets)
-        whole = len(picks) == n
-        texts = h.texts if whole else [h.texts[i] for i in picks]
-        mx = [m[0] for m in h.markers]
-        reserved = series[1]
-        my = [reserved[x - START_X] for x in mx]
+        series = [h.values[k, :n] for k in range(len(KEYS))]
+        m = thin_markers(h.markers, n, self.buckets)
+        picks = [envelope_of([ys], m["point"], self.buckets) for ys in series]  # each line its own peaks
+        texts = h.texts if len(picks[0]) == n else [h.texts[i] for i in picks[0]]
         last = n - 1 + START_X
         pad = max(1.5, 0.04 * (last + 1))  # room right of the latest step: it is never on the plot's edge
         restyle = {
-            "x": [xs if whole else xs[picks]] * len(KEYS) + [np.asarray(mx, dtype=float)],
-            "y": [ys if whole else ys[picks] for ys in series] + [np.asarray(my, dtype=float)],
-            "hovertext": [np.array(texts, dtype=object), None, None, np.array([m[3] for m in h.markers], dtype=object)],
-            "marker.symbol": [None, None, None, [m[1] for m in h.markers]],
-            "marker.color": [None, None, None, [m[2] for m in h.markers]],
+            "x": [xs[p] for p in picks] + [m["x"]],
+            "y": [ys[p] for ys, p in zip(series, picks, strict=True)] + [series[1][m["point"]]],
+            "hovertext": [np.array(texts, dtype=object), None, None, m["text"]],
+            "marker.symbol": [None, None, None, m["symbol"]],
+            "marker.color": [None, None, None, m["color"]],
         }
         relayout = {"xaxis.range": [-0.5 if events else START_X - 0.5, last + pad]}
         # One Plotly.update: plotly_update skips the per-element validation of trace property setters.
