@@ -74,37 +74,48 @@ def _flash_backward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> N
 
 
 def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, ...], stride: tuple[int, ...],
-                         element_bytes: int, input_bytes: int, output_bytes: int, weight_bytes: int) -> int:
+                         element_bytes: int, input_bytes: int, output_bytes: int, weight_bytes: int,
+                         output_pixels: int = 0) -> int:
     """cuDNN's workspace request in bytes for one 2-D convolution pass (``"forward"``, ``"backward_input"``,
-    ``"backward_weight"``) with ``torch.backends.cudnn.benchmark=False``.
+    ``"backward_weight"``) with ``torch.backends.cudnn.benchmark=False``; ``output_pixels`` is N·H_out·W_out.
 
     Measured on the H200 (cuDNN 9.19, ``tests/data/fit/h200_probe.json.gz``: 696 geometries of
     ResNet-18/50 and a VGG-style net at batches 1/16/64, fp32 and bf16). cuDNN's heuristics pick engines
     that transform the operands to channels-last, so the workspace is about one copy of each operand
-    (input + output + weight), except where the measurements show a cheaper engine:
+    (input + output + weight); backward-weight adds split-K partial weights: as many weights as fit in
+    8 MiB, between 1 and 14 (independent of the spatial size). Where the measurements show a cheaper engine:
 
     - 1×1 stride 1 is a plain GEMM: none forward and backward-input; backward-weight keeps 64 split-K
       slices of the weight (at most input + output + 4 weights);
-    - stride 1 with input channels not 16-byte aligned (an RGB stem) runs a direct kernel: none in fp32,
-      and none forward in bf16;
+    - input channels not 16-byte aligned (an RGB stem): at stride 1 a direct kernel (none in fp32, none
+      forward in bf16); in bf16 the channels-last input is padded to 8 channels; in fp32 backward-weight
+      splits the reduction over the output pixels into about sqrt(N·H·W)/2 partial weights;
     - 1×1 strided (a ResNet downsample) with ≤ 64 input channels forward, or ≤ 128 backward-input in fp32:
       none;
     - a k×k forward that widens the channels from ≤ 64: input + weight (the output is written in place).
     """
-    everything = input_bytes + output_bytes + weight_bytes
     pointwise = all(k == 1 for k in kernel)
     unit_stride = all(st == 1 for st in stride)
+    unaligned = (c_in * element_bytes) % 16 != 0
     if pointwise and unit_stride:
         return min(64 * weight_bytes, input_bytes + output_bytes + 4 * weight_bytes) \
             if phase == "backward_weight" else 0
-    if (c_in * element_bytes) % 16 and unit_stride:
-        return 0 if element_bytes == 4 or phase == "forward" else everything
+    if unaligned and unit_stride and (element_bytes == 4 or phase == "forward"):
+        return 0
     if pointwise and ((phase == "forward" and c_in <= 64)
                       or (phase == "backward_input" and c_in <= 128 and element_bytes == 4)):
         return 0
     if phase == "forward" and not pointwise and c_in <= 64 < c_out:
         return input_bytes + weight_bytes
-    return everything
+    if unaligned and element_bytes == 2:
+        input_bytes = input_bytes // c_in * (-(-c_in // 8) * 8)
+    workspace = input_bytes + output_bytes + weight_bytes
+    if phase == "backward_weight":
+        if unaligned:
+            workspace += int(output_pixels ** 0.5 / 2) * weight_bytes
+        else:
+            workspace += min(14, max(1, (8 << 20) // weight_bytes)) * weight_bytes
+    return workspace
 
 
 def _conv_geometry(inp: torch.Tensor, weight: torch.Tensor, stride: Any, transposed: bool, groups: int) -> Any:
@@ -120,7 +131,7 @@ def _conv_forward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> Non
     if geom is not None:
         c_in, c_out, kernel, stride, es, i_bytes, w_bytes = geom
         _temporary(s, conv_workspace_bytes("forward", c_in, c_out, kernel, stride, es, i_bytes, out.numel() * es,
-                                           w_bytes), "cudnn_convolution")
+                                           w_bytes, out.numel() // c_out), "cudnn_convolution")
 
 
 def _conv_backward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
@@ -133,7 +144,7 @@ def _conv_backward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> No
         for phase, wanted in (("backward_input", mask[0]), ("backward_weight", mask[1])):
             if wanted:
                 _temporary(s, conv_workspace_bytes(phase, c_in, c_out, kernel, stride, es, i_bytes, o_bytes,
-                                                   w_bytes), "cudnn_convolution_backward")
+                                                   w_bytes, grad_out.numel() // c_out), "cudnn_convolution_backward")
 
 
 RULES: dict[Any, Any] = {
