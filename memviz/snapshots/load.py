@@ -8,7 +8,7 @@ program, not a file. :func:`load_snapshot` reads it in three steps:
    build plain data pass (dict, list, tuple, str, int, float, bool, None). A global such as
    ``os.system``, a persistent id, ``bytes``/``bytearray``, a set, protocol 5's out-of-band buffers, or a
    length or memo index the data cannot back is refused before anything is built, and so is a pickle
-   whose objects would take more than 16 bytes of memory per byte of file.
+   whose objects would take more than 24 bytes of memory per byte of file (as the scan estimates them).
 2. CPython's unpickler builds the data, with a ``find_class`` that refuses every global (so nothing is
    ever imported or called, even if the scan missed one).
 3. A check against the shape ``_snapshot()`` gives (see the allocator spec, §13): each segment, block
@@ -19,11 +19,13 @@ program, not a file. :func:`load_snapshot` reads it in three steps:
 
 Bounds, for a file of ``n`` bytes, whatever it holds: the bytes are read in 1 MiB chunks and scanned as
 they come, so garbage (``/dev/zero``) is refused after the first chunk, and a source that is not a
-regular file is read to at most :data:`MAX_STREAM_BYTES`; time is linear in ``n`` (about 0.3 µs a byte
-in the worst case, 0.1 µs for a real snapshot); memory is the ``n`` bytes, at most ``16 n`` of built
-objects, and the checks' bookkeeping, at most about ``2 × 16 n`` more: under ``35 n`` in all (a real
-snapshot takes about ``8 n``). Protocols 0 to 5 are read (torch writes 4 or 5, depending on Python's
-default).
+regular file is read to at most :data:`MAX_STREAM_BYTES`; time is linear in ``n``: one pass of the scan
+(0.2 µs an opcode, so at most 0.2 µs a byte; a real snapshot has one opcode in 4 bytes), one of
+CPython's unpickler, one of the checks, each container once. Memory is the ``n`` bytes, at most ``24 n``
+of built objects (the scan's estimate, an upper bound), then the checks' copies of segments and blocks
+and one entry per container walked: under ``35 n`` in all, which the tests hold under a 2 GiB address
+space (measured: a real snapshot ``9 n``, the worst pickle we built ``13 n``). Protocols 0 to 5 are read
+(torch writes 4 or 5, depending on Python's default).
 """
 
 from __future__ import annotations
@@ -313,7 +315,9 @@ def _check_plain(obj: Any, name: str) -> None:
                     stack.append([child, items, key, 0])
                     on_path.add(cid)
                     break
-                height = heights[cid] = 1
+                height = 1
+                if len(child) > 8:  # a small leaf is re-checked for less than its entry here would cost
+                    heights[cid] = 1
             if len(stack) + height > MAX_DEPTH:
                 raise SnapshotError(f"{name}: {_where(stack, key)} nests deeper than {MAX_DEPTH} levels; a "
                                     "snapshot nests 7")
@@ -345,29 +349,57 @@ def _items(container: Any) -> Any:
     return enumerate(container)
 
 
-def _int(d: Mapping[str, Any], key: str, where: str, *, default: int | None = None, minimum: int = 0) -> int:
+Place = str | tuple  # a place in the snapshot: text, or (format, *numbers) formatted only for an error
+
+
+def _place(where: Place) -> str:
+    return where if isinstance(where, str) else where[0].format(*where[1:])
+
+
+def _int(d: Mapping[str, Any], key: str, where: Place, *, default: int | None = None, minimum: int = 0) -> int:
     if key not in d:
         if default is None:
-            raise SnapshotError(f"{where}: missing key '{key}'")
+            raise SnapshotError(f"{_place(where)}: missing key '{key}'")
         return default
     value = d[key]
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= _INT64_MAX:
-        raise SnapshotError(f"{where}: '{key}' must be an int from {minimum} to 2**63-1, got {_show(value)}")
+        raise SnapshotError(f"{_place(where)}: '{key}' must be an int from {minimum} to 2**63-1, got {_show(value)}")
     return value
 
 
 class _Once:
     """Refuses a second reference to a segment, block or event object: a pickle can refer to one object a
-    million times at two bytes a reference, and a check that copies each would take a million times its size."""
+    million times at two bytes a reference, and a check that copies each would take a million times its size.
+    Only ids are kept; the first place is found again, in the same order, for the error."""
 
-    def __init__(self) -> None:
-        self.seen: dict[int, str] = {}
+    def __init__(self, snapshot: Mapping[str, Any]) -> None:
+        self.snapshot = snapshot
+        self.seen: set[int] = set()
 
-    def __call__(self, obj: Any, where: str) -> None:
-        first = self.seen.setdefault(id(obj), where)
-        if first is not where:
-            raise SnapshotError(f"{where} is the same object as {first}; each segment, block and trace event of "
-                                "a snapshot is its own object (torch never shares them)")
+    def __call__(self, obj: Any, where: Place) -> None:
+        key = id(obj)
+        if key in self.seen:
+            raise SnapshotError(f"{_place(where)} is the same object as {self._first(key)}; each segment, block and "
+                                "trace event of a snapshot is its own object (torch never shares them)")
+        self.seen.add(key)
+
+    def _first(self, key: int) -> str:
+        for i, seg in enumerate(self.snapshot["segments"]):
+            if id(seg) == key:
+                return f"segments[{i}]"
+            blocks = seg.get("blocks", ())
+            if id(blocks) == key:
+                return f"segments[{i}].blocks"
+            for j, b in enumerate(blocks):
+                if id(b) == key:
+                    return f"segments[{i}].blocks[{j}]"
+        for d, trace in enumerate(self.snapshot.get("device_traces", ())):
+            if id(trace) == key:
+                return f"device_traces[{d}]"
+            for i, e in enumerate(trace):
+                if id(e) == key:
+                    return f"device_traces[{d}][{i}]"
+        return "an earlier one"
 
 
 def _segment(seg: Any, where: str, once: _Once) -> dict[str, Any]:
@@ -392,18 +424,19 @@ def _segment(seg: Any, where: str, once: _Once) -> dict[str, Any]:
     allocated = active = requested = 0
     new_blocks = []
     for j, b in enumerate(blocks):
-        bw = f"{where}.blocks[{j}]"
+        bw = (where + ".blocks[{}]", j)
         if not isinstance(b, Mapping):
-            raise SnapshotError(f"{bw}: a block must be a dict, got {type(b).__name__}")
+            raise SnapshotError(f"{_place(bw)}: a block must be a dict, got {type(b).__name__}")
         once(b, bw)
         size = _int(b, "size", bw)
         state = b.get("state")
         if state not in BLOCK_STATES:
-            raise SnapshotError(f"{bw}: 'state' must be one of {', '.join(BLOCK_STATES)}, got {_show(state)}")
+            raise SnapshotError(f"{_place(bw)}: 'state' must be one of {', '.join(BLOCK_STATES)}, "
+                                f"got {_show(state)}")
         baddr = _int(b, "address", bw, default=offset)
         if baddr != offset:
-            raise SnapshotError(f"{bw}: block at address {baddr} does not start where the previous one ends "
-                                f"({offset}); blocks must tile their segment in address order")
+            raise SnapshotError(f"{_place(bw)}: block at address {baddr} does not start where the previous one "
+                                f"ends ({offset}); blocks must tile their segment in address order")
         req = _int(b, "requested_size", bw, default=size)
         nb = dict(b)
         nb["address"], nb["requested_size"] = baddr, req
@@ -430,7 +463,7 @@ def _check_trace(trace: Any, where: str, once: _Once) -> None:
     for i, e in enumerate(trace):
         if not isinstance(e, dict):
             raise SnapshotError(f"{where}[{i}]: a trace event must be a dict, got {type(e).__name__}")
-        once(e, f"{where}[{i}]")
+        once(e, (where + "[{}]", i))
         action = e.get("action")
         if action in addr_actions:
             addr, size = e.get("addr"), e.get("size")
@@ -441,12 +474,12 @@ def _check_trace(trace: Any, where: str, once: _Once) -> None:
                 raise SnapshotError(f"{where}[{i}] ({action}): 'size' must be an int from 0 to 2**63-1, "
                                     f"got {_show(size)}")
         elif action == "oom":
-            _int(e, "size", f"{where}[{i}] (oom)")
+            _int(e, "size", (where + "[{}] (oom)", i))
         elif not isinstance(action, str):
             raise SnapshotError(f"{where}[{i}]: 'action' must be a string, got {_show(action)}")
         for key in ("time_us", "stream", "device_free"):
             if key in e:
-                _int(e, key, f"{where}[{i}] ({action})")
+                _int(e, key, (where + "[{}] ({})", i, action))
 
 
 def validate_snapshot(obj: Any, *, name: str = "<snapshot>") -> dict[str, Any]:
@@ -471,7 +504,7 @@ def validate_snapshot(obj: Any, *, name: str = "<snapshot>") -> dict[str, Any]:
     if not isinstance(segments, list):
         raise SnapshotError(f"{name}: 'segments' must be a list, got {type(segments).__name__}")
     out = dict(obj)
-    once = _Once()
+    once = _Once(obj)
     try:
         out["segments"] = [_segment(s, f"segments[{i}]", once) for i, s in enumerate(segments)]
         traces = obj.get("device_traces", [])
