@@ -419,6 +419,10 @@ class _Capture(TorchDispatchMode):
         out = func(*args, **kwargs)
         if s.gpu_depth:
             name = func.__name__
+            rule = workspaces.RULES.get(func)
+            if rule is not None and func in workspaces.TRACKS_OUTPUTS:
+                rule(s, func, args, kwargs, out)
+                return out
             if isinstance(out, torch.Tensor):
                 if out.is_meta:
                     s.track(out, name)
@@ -426,7 +430,6 @@ class _Capture(TorchDispatchMode):
                 for t in out:
                     if isinstance(t, torch.Tensor) and t.is_meta:
                         s.track(t, name)
-            rule = workspaces.RULES.get(func)
             if rule is not None:
                 rule(s, func, args, kwargs, out)
         return out

@@ -21,7 +21,7 @@ import torch
 
 from .gpus import GpuArch
 
-__all__ = ["RULES", "choose_sdpa_backend", "conv_workspace_bytes"]
+__all__ = ["RULES", "TRACKS_OUTPUTS", "choose_sdpa_backend", "conv_workspace_bytes"]
 
 aten = torch.ops.aten
 
@@ -135,17 +135,22 @@ def _conv_forward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> Non
 
 
 def _conv_backward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+    """cuDNN runs backward-input then backward-weight, each allocating its result, then its workspace."""
     grad_out, inp, weight = args[0], args[1], args[2]
     geom = _conv_geometry(inp, weight, args[4], args[7], args[9])
-    if geom is not None:
-        c_in, c_out, kernel, stride, es, i_bytes, w_bytes = geom
-        o_bytes = grad_out.numel() * es
-        mask = args[10]
-        for phase, wanted in (("backward_input", mask[0]), ("backward_weight", mask[1])):
-            if wanted:
-                _temporary(s, conv_workspace_bytes(phase, c_in, c_out, kernel, stride, es, i_bytes, o_bytes,
-                                                   w_bytes, grad_out.numel() // c_out), "cudnn_convolution_backward")
+    name = func.__name__
+    for phase, result in zip(("backward_input", "backward_weight", "bias"), out, strict=True):
+        if result is None:
+            continue
+        s.track(result, name)
+        if geom is not None and phase != "bias":
+            c_in, c_out, kernel, stride, es, i_bytes, w_bytes = geom
+            _temporary(s, conv_workspace_bytes(phase, c_in, c_out, kernel, stride, es, i_bytes, grad_out.numel() * es,
+                                               w_bytes, grad_out.numel() // c_out), "cudnn_convolution_backward")
 
+
+TRACKS_OUTPUTS = frozenset({aten.convolution_backward.default})
+"""Rules that account the op's outputs themselves (to interleave them with workspaces as the kernel does)."""
 
 RULES: dict[Any, Any] = {
     aten.convolution.default: _conv_forward,
