@@ -7,6 +7,10 @@ the segment map of the state right after that event (the lab's :class:`SegmentMa
 :meth:`SnapshotHistory.state_at`), and a readout of the event. "next OOM" jumps to the next recorded OOM
 event, or to the next event where a what-if replay (``replay=``) would have run out of memory.
 
+Three panels, one update path: :class:`ScrubBar` (play, step, slider, next OOM) moves ``slider``; every
+move goes through :meth:`SnapshotViewer.goto`'s one render, which redraws :class:`RecordedTimeline`'s
+cursor, the :class:`~memviz.widgets.segment_map.StateMap` and the readout.
+
 Everything per event is computed once (:class:`~memviz.snapshots.SnapshotHistory` rebuilds the trace and
 keeps a copy of the state every 2048 events); a slider move replays at most 2048 events from the nearest
 copy, so a move costs a few milliseconds on a 63,008-event training run whatever the jump.
@@ -20,26 +24,16 @@ from collections.abc import Mapping
 from typing import Any
 
 import ipywidgets as W
-import numpy as np
-import plotly.graph_objects as go
 
 from memviz.snapshots import ReplayResult, SnapshotError, SnapshotHistory
 from memviz.units import format_bytes
-from memviz.widgets._common import TEMPLATE, MiB, close_tree, escape, exact_bytes, guarded
+from memviz.widgets._common import close_tree, escape, exact_bytes, guarded
 from memviz.widgets.downsample import envelope
-from memviz.widgets.figure import Figure
+from memviz.widgets.row import figure_row
 from memviz.widgets.segment_map import LIVE_STATES, StateMap
+from memviz.widgets.snapshot_panels import RecordedTimeline, ScrubBar
 
-__all__ = ["SnapshotViewer", "StateMap", "envelope", "event_text", "history_of"]
-
-SERIES = (  # (name, Timeline attribute, colour, width, dash)
-    ("allocated", "allocated_bytes", "#1f77b4", 2.5, "solid"),
-    ("reserved", "reserved_bytes", "#ff7f0e", 2, "solid"),
-    ("active", "active_bytes", "#2ca02c", 1.5, "dot"),
-)
-PLAY_FRAMES = 400  # the play button crosses the whole trace in about this many steps
-TIMELINE_BUCKETS = 2000  # a long trace is drawn as the first, last, min and max event of this many slices
-
+__all__ = ["RecordedTimeline", "ScrubBar", "SnapshotViewer", "envelope", "event_text", "history_of"]
 
 def history_of(source: Any, *, device: int = 0, progress: bool | None = None) -> SnapshotHistory:
     """A :class:`SnapshotHistory` from a path, a binary file, pickle bytes, a snapshot dict, or a history.
@@ -112,11 +106,12 @@ class SnapshotViewer:
         index: the event to show first (default: 0).
         progress: ``tqdm.auto`` bar while rebuilding a long trace (default: None, from 50,000 events).
 
-    Attributes: ``history``, ``slider`` (``IntSlider`` over event indices), ``play``, ``timeline_fig`` (lines
-    through the events :func:`envelope` picks, exact values; ``layout.shapes[0]`` the cursor), ``map`` (a
-    :class:`StateMap`; its ``fig``), ``readout`` (``HTML``; ``text`` holds its plain line),
-    ``oom_indices`` (what "next OOM" visits), ``out`` (tracebacks), ``widget`` (the ``VBox`` displayed),
-    ``last_update_s`` (Python time of the last slider-to-figures update).
+    Attributes: ``history``, ``bar`` (:class:`ScrubBar`) with ``slider`` (``IntSlider`` over event indices),
+    ``play`` and the buttons, ``timeline`` (:class:`RecordedTimeline`; ``timeline_fig`` its figure, whose
+    ``layout.shapes[0]`` is the cursor), ``map`` (a :class:`~memviz.widgets.segment_map.StateMap`; its
+    ``fig``), ``header`` and ``readout`` (``HTML``; ``text`` holds the readout's plain line), ``oom_indices``
+    (what "next OOM" visits), ``out`` (tracebacks), ``widget`` (the ``VBox`` displayed), ``last_update_s``
+    (Python time of the last slider-to-figures update).
 
     Raises:
         TypeError / SnapshotError: ``source`` is not a snapshot, or its trace has no events to scrub.
@@ -138,160 +133,60 @@ class SnapshotViewer:
                 "the snapshot has no device_traces events to scrub: call "
                 "torch.cuda.memory._record_memory_history() before the run you want to see"
             )
-        tl = history.timeline
         if replay is not None and (replay.reserved_bytes is None or len(replay.reserved_bytes) != n):
             raise ValueError("replay= must be a ReplayResult of this trace replayed with timeline=True")
         self.replay = replay
-        self.recorded_ooms = list(tl.oom_indices)
+        self.recorded_ooms = list(history.timeline.oom_indices)
         self.replay_ooms = sorted(i for i in (replay.oom_event_indices if replay else ()) if i >= 0)
         self.oom_indices = sorted(set(self.recorded_ooms) | set(self.replay_ooms))
         self.out = W.Output()
         self.text = ""
         self.last_update_s = 0.0
         self.index = -1
-        self._series = {name: np.frombuffer(getattr(tl, attr), dtype=np.int64) for name, attr, *_ in SERIES}
 
-        self.timeline_fig = self._timeline_figure()
-        self.map = StateMap(max_height=520)
-        self.map.fig.layout.width = 560
+        self.timeline = RecordedTimeline(history, replay)
+        self.timeline_fig = self.timeline.fig
+        self.map = StateMap()
         self.map.fig.layout.title.font.size = 12
-
-        self.slider = W.IntSlider(
-            value=0, min=0, max=n - 1, description="event", continuous_update=True, layout=W.Layout(width="520px")
-        )
-        self.play = W.Play(
-            value=0,
-            min=0,
-            max=n - 1,
-            step=max(1, n // PLAY_FRAMES),
-            interval=150,
-            description="play",
-            tooltip="play through the trace",
-        )
-        W.jslink((self.play, "value"), (self.slider, "value"))
-        self.prev_button = W.Button(description="◀", tooltip="previous event", layout=W.Layout(width="40px"))
-        self.next_button = W.Button(description="▶", tooltip="next event", layout=W.Layout(width="40px"))
-        self.oom_button = W.Button(
-            description="next OOM ⏭",
-            button_style="danger",
-            disabled=not self.oom_indices,
-            tooltip=(
-                "jump to the next OOM event"
-                if self.oom_indices
-                else "no OOM in this recording" + (" or replay" if replay else "")
-            ),
-        )
+        guard = guarded(self.out, self._say)
+        self.bar = ScrubBar(n, has_oom=bool(self.oom_indices), guard=guard, step=self.step, next_oom=self.next_oom,
+                            why_no_oom="no OOM in this recording" + (" or replay" if replay else ""))  # fmt: skip
+        self.slider, self.play = self.bar.slider, self.bar.play
+        self.prev_button, self.next_button = self.bar.prev_button, self.bar.next_button
+        self.oom_button = self.bar.oom_button
+        self.slider.observe(guard(lambda change: self._render(int(change["new"]))), names="value")
         self.status = W.HTML()
         self.readout = W.HTML(layout=W.Layout(width="100%"))
-        guard = guarded(self.out, self._say)
-        self.slider.observe(guard(self._on_slider), names="value")
-        self.prev_button.on_click(guard(lambda _: self.step(-1)))
-        self.next_button.on_click(guard(lambda _: self.step(1)))
-        self.oom_button.on_click(guard(lambda _: self.next_oom()))
-
-        header = W.HTML(f"<b>{escape(self._title())}</b>")
-        controls = W.HBox([self.play, self.prev_button, self.slider, self.next_button, self.oom_button])
-        self.widget = W.VBox(
-            [header, controls, self.readout, self.status, W.HBox([self.timeline_fig, self.map.widget]), self.out]
-        )
+        self.header = W.HTML(f"<b>{escape(self._title())}</b>")
+        self.widget = W.VBox([self.header, self.bar.widget, self.readout, self.status,
+                              figure_row([self.timeline.widget, self.map.widget]), self.out])  # fmt: skip
         self.widget.add_class("memviz-snapshot-viewer")
-        self.slider.value = index % n
-        if self.index != self.slider.value:  # index 0: no change, so draw it here
-            self._render(self.slider.value)
+        self.goto(index % n)
 
     # -- drawing --------------------------------------------------------------------------------
     def _title(self) -> str:
+        """The header: events, config, peak, and the OOMs of the recording and of the replay, each named."""
         h = self.history
         conf = h.settings.alloc_conf() or "default"
-        peak = int(self._series["reserved"].max())
-        ooms = f"{len(self.recorded_ooms)} OOM events" if self.recorded_ooms else "no OOM event"
+        peak = int(self.timeline.series["reserved"].max())
+        recorded = len(self.recorded_ooms)
+        ooms = f"{recorded} OOM events recorded" if recorded else "no OOM in the recording"
+        if self.replay is not None:
+            k = len(self.replay_ooms)
+            ooms += f"; the what-if replay ({self.replay.name}) runs out of memory at {k} events" if k else (
+                f"; none in the what-if replay ({self.replay.name})")
         return (
             f"{len(h):,} events, allocator config {conf}; peak reserved {format_bytes(peak)}; {ooms}; "
             f"{len(h.initial_blocks)} blocks were live before recording started"
         )
 
-    def _timeline_figure(self) -> go.FigureWidget:
-        def line(values: np.ndarray, **kwargs: Any) -> go.Scattergl:
-            x = envelope(values, TIMELINE_BUCKETS)
-            return go.Scattergl(x=x, y=values[x] / MiB, mode="lines", **kwargs)
-
-        traces: list[Any] = [
-            line(
-                self._series[name],
-                name=name,
-                line={"shape": "hv", "color": color, "width": width, "dash": dash},
-                hovertemplate=f"event %{{x}}<br>{name} %{{y:.2f}} MiB<extra></extra>",
-            )
-            for name, _, color, width, dash in SERIES
-        ]
-        reserved = self._series["reserved"]
-        ooms = self.recorded_ooms
-        traces.append(
-            go.Scatter(
-                x=ooms,
-                y=[reserved[i] / MiB for i in ooms],
-                name="OOM (recorded)",
-                mode="markers",
-                marker={"symbol": "x", "color": "#d62728", "size": 11},
-                hovertemplate="OOM at event %{x}<extra></extra>",
-            )
-        )
-        if self.replay is not None:
-            r = np.frombuffer(self.replay.reserved_bytes, dtype=np.int64)  # type: ignore[arg-type]
-            label = f"reserved, what-if {self.replay.name}"
-            traces.append(
-                line(
-                    r,
-                    name=label,
-                    line={"shape": "hv", "color": "#9467bd", "width": 1.5, "dash": "dash"},
-                    hovertemplate=f"event %{{x}}<br>{label} %{{y:.2f}} MiB<extra></extra>",
-                )
-            )
-            traces.append(
-                go.Scatter(
-                    x=self.replay_ooms,
-                    y=[r[i] / MiB for i in self.replay_ooms],
-                    name=f"OOM, what-if {self.replay.name}",
-                    mode="markers",
-                    marker={"symbol": "x-open", "color": "#9467bd", "size": 11},
-                    hovertemplate="what-if OOM at event %{x}<extra></extra>",
-                )
-            )
-        fig = Figure(
-            traces,
-            layout={
-                "height": 380,
-                "width": 560,
-                "margin": {"l": 60, "r": 10, "t": 30, "b": 40},
-                "title": {"text": "memory over the recorded events", "font": {"size": 12}},
-                "xaxis": {"title": {"text": "event #"}, "range": [0, max(len(self.history) - 1, 1)]},
-                "yaxis": {"title": {"text": "MiB"}, "rangemode": "tozero"},
-                "legend": {"orientation": "h", "y": -0.2},
-                "hovermode": "closest",
-                "template": TEMPLATE,
-                "shapes": [
-                    {
-                        "type": "line",
-                        "xref": "x",
-                        "yref": "paper",
-                        "x0": 0,
-                        "x1": 0,
-                        "y0": 0,
-                        "y1": 1,
-                        "line": {"color": "#444", "width": 1.5},
-                    }
-                ],
-            },
-        )
-        fig.add_class("memviz-snapshot-timeline")
-        return fig
-
     def _render(self, index: int) -> None:
+        """The one update: the state right after event ``index`` in the map, the cursor, the readout."""
+        self._say("")
         start = time.perf_counter()
         segments = self.history.state_at(index)
         self.map.show(segments, _block_names(segments))
-        with self.timeline_fig.batch_update():
-            self.timeline_fig.layout.shapes[0].update(x0=index, x1=index)
+        self.timeline.show(index)
         self.text = event_text(self.history, index)
         oom = self.history.events[index].get("action") == "oom"
         if index in self.replay_ooms and self.replay is not None:
@@ -309,10 +204,6 @@ class SnapshotViewer:
         self.status.value = f'<span style="color:#d62728">{escape(message)}</span>' if message else ""
 
     # -- actions --------------------------------------------------------------------------------
-    def _on_slider(self, change: Mapping[str, Any]) -> None:
-        self._say("")
-        self._render(int(change["new"]))
-
     def goto(self, index: int) -> None:
         """Show the state right after event ``index`` (negative counts from the end).
 
@@ -327,7 +218,7 @@ class SnapshotViewer:
             if index != self.index:
                 self._render(index)
         else:
-            self.slider.value = index
+            self.slider.value = index  # the slider's observer renders
 
     def step(self, delta: int) -> None:
         """Move the slider by ``delta`` events (clamped to the trace)."""
