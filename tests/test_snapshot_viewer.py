@@ -150,8 +150,47 @@ def test_next_oom_visits_what_if_ooms(history, capped):
         assert "what-if recorded: this request would fail (OOM)" in v.readout.value
         v.oom_button.click()
         assert v.slider.value == 13990
+        header = v.header.value  # says which OOMs it counts: none recorded, some in the replay
+        assert "no OOM in the recording" in header and "the what-if replay (recorded) runs out of memory" in header
     finally:
         v.close()
+
+
+DEJAVU = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")  # what CI installs (fonts-dejavu-core)
+
+
+def bmp_code_points(font: Path) -> set[int]:
+    """The BMP characters a TrueType font draws (its format-4 cmap subtable)."""
+    import struct
+
+    data = font.read_bytes()
+    tables = {data[12 + 16 * i : 16 + 16 * i]: struct.unpack(">II", data[20 + 16 * i : 28 + 16 * i])[0]
+              for i in range(struct.unpack(">H", data[4:6])[0])}  # fmt: skip
+    cmap = tables[b"cmap"]
+    for k in range(struct.unpack(">H", data[cmap + 2 : cmap + 4])[0]):
+        offset = cmap + struct.unpack(">I", data[cmap + 8 + 8 * k : cmap + 12 + 8 * k])[0]
+        if struct.unpack(">H", data[offset : offset + 2])[0] == 4:
+            n = struct.unpack(">H", data[offset + 6 : offset + 8])[0] // 2
+            ends = struct.unpack(f">{n}H", data[offset + 14 : offset + 14 + 2 * n])
+            starts = struct.unpack(f">{n}H", data[offset + 16 + 2 * n : offset + 16 + 4 * n])
+            return {c for a, b in zip(starts, ends, strict=True) for c in range(a, b + 1)}
+    raise AssertionError(f"{font} has no format-4 cmap")
+
+
+@pytest.mark.skipif(not DEJAVU.exists(), reason="fonts-dejavu-core is not installed")
+def test_every_button_label_has_its_glyphs_in_the_fonts_ci_installs(history):
+    from memviz.widgets import dashboard
+
+    drawn = bmp_code_points(DEJAVU)
+    v, d = SnapshotViewer(history), dashboard(backend="sim", device="T4", live=False)
+    try:
+        buttons = [v.prev_button, v.next_button, v.oom_button, *d.controls.buttons.values(), d.oom.explain_button]
+        missing = {b.description: [c for c in b.description if ord(c) not in drawn] for b in buttons}
+        assert not {k: m for k, m in missing.items() if m}
+        assert "⏭" not in v.oom_button.description and ord("⏭") not in drawn  # the glyph the issue saw missing
+    finally:
+        v.close()
+        d.close()
 
 
 def test_callback_errors_show_in_the_output(history, monkeypatch):
@@ -255,3 +294,11 @@ def test_sources_of_every_kind(tmp_path):
         v = SnapshotViewer(source, index=-1)
         assert v.slider.max == 4 and v.index == 4 and v.text.startswith("event 4 of 5: free_completed")
         v.close()
+
+
+def test_what_if_table_replays_on_first_use_not_when_made(history):
+    w = WhatIfTable(history, {"expandable": "expandable_segments:True"}, check=False, progress=False)
+    assert "grid" not in w.__dict__  # made, nothing replayed yet
+    assert w.result("expandable").peak_reserved_bytes == 5870 * MiB and "grid" in w.__dict__
+    assert "white-space:nowrap" in w.html.value and "overflow-x:auto" in w.html.value  # cells never wrap
+    w.close()
