@@ -4,16 +4,16 @@ Function names and the split between them follow the C++ (torch 2.11), so the tw
 by side: ``malloc`` → ``round_size``, ``get_pool``, ``get_allocation_size``, ``get_free_block``,
 ``alloc_block``, ``release_available_cached_blocks``, ``release_cached_blocks``, ``should_split``,
 ``alloc_found_block``; ``free`` → ``free_block`` → ``try_merge_blocks``; ``empty_cache`` →
-``release_cached_blocks`` → ``release_blocks`` → ``release_block``. One device, one stream.
+``release_cached_blocks`` → ``release_blocks`` → ``release_block``. One device, one stream. The size
+rules live once, in :mod:`memviz.sim.rules`; every counter changes through :mod:`memviz.sim.stats`.
 
 Speed comes from the data layout (see :mod:`memviz.sim.stats` and :mod:`memviz.sim.blocks`): the
 counters are flat int lists with ``freed`` and the aggregate's totals derived, a pool is a sorted
 list of int keys, the trace is a list of tuples turned into dicts only by ``snapshot()``. The hot
-paths (``malloc``, ``get_free_block``, ``alloc_found_block``, ``free``, ``free_block``,
-``try_merge_blocks``) alias attributes to locals and inline ``increase_stat`` / ``decrease_stat``,
-``BlockPool.insert_into_blocks`` / ``erase``, ``round_size``, ``get_pool``, ``should_split`` (in
-``malloc``) and ``try_merge_blocks`` (in ``free_block``), each marked where it happens; everything
-else calls them. ``benchmarks/bench_sim.py`` measures it.
+paths alias attributes to locals and inline a few calls, each marked where it happens with what it
+gains: ``rules.round_size`` / ``is_small`` / ``should_split`` in ``malloc``, ``BlockPool.insert_into_blocks``
+/ ``erase`` and ``try_merge_blocks`` in ``alloc_found_block`` and ``free_block``; everything else calls
+them. ``benchmarks/bench_sim.py`` measures it.
 """
 
 from __future__ import annotations
@@ -43,27 +43,18 @@ from .snapshot import build_segments, build_snapshot
 from .stats import (
     ALLOCATED_BYTES,
     ALLOCATED_BYTES_PEAK,
-    ALLOCATED_BYTES_TOTAL,
-    ALLOCATION,
-    ALLOCATION_PEAK,
-    ALLOCATION_TOTAL,
-    INACTIVE_SPLIT,
     INACTIVE_SPLIT_BYTES,
-    INACTIVE_SPLIT_BYTES_PEAK,
-    INACTIVE_SPLIT_BYTES_TOTAL,
-    INACTIVE_SPLIT_PEAK,
-    INACTIVE_SPLIT_TOTAL,
     LARGE_POOL,
     OVERSIZE_ALLOCATIONS,
     OVERSIZE_SEGMENTS,
-    REQUESTED_BYTES,
-    REQUESTED_BYTES_PEAK,
-    REQUESTED_BYTES_TOTAL,
     RESERVED_BYTES,
     RESERVED_BYTES_PEAK,
     SEGMENT,
     SMALL_POOL,
     DeviceStats,
+    change_inactive_split,
+    count_allocation,
+    count_free,
     decrease_stat,
     increase_single,
     increase_stat,
@@ -313,7 +304,9 @@ class CachingAllocator:
             size = _checked_size(size)
             if size == 0:
                 return 0
-        # rules.round_size, inlined when there is no power-of-2 rounding
+        # rules.round_size, is_small and should_split are inlined in malloc: as calls they cost 0.1-0.2 us/op
+        # more (benchmarks/bench_sim.py, synthetic 200k ops, min of 5, CPU time). round_size, when there is
+        # no power-of-2 rounding:
         rounded = self.round_size(size) if self._divisions else -(-size // MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
         p = self._params  # one AllocParams, reused: malloc never re-enters itself
         p.size = rounded
@@ -443,39 +436,18 @@ class CachingAllocator:
             remaining.prev = block
             rptr = remaining.ptr = remaining.ptr + size
             rsize = remaining.size = remaining.size - size
-            # pool.insert_into_blocks(remaining), inlined
+            # pool.insert_into_blocks(remaining), inlined (see free_block for what the inlined copies gain)
             key = rsize << _SIZE_SHIFT | rptr
             insort(pool.keys, key)
             pool.by_key[key] = remaining
             remaining.gc_count_base = pool.get_free_blocks_call_count
             if not segment.expandable:
                 if already_split:
-                    # an already-split inactive block shrank by size bytes (decrease_stat, inlined)
-                    stats.pool[st][INACTIVE_SPLIT_BYTES] -= size
+                    decrease_stat(stats, st, INACTIVE_SPLIT_BYTES, size)  # an inactive split block shrank
                 else:
-                    # a new split inactive block of rsize bytes (increase_stat, inlined)
-                    s, other = stats.pools[st]
-                    c = s[INACTIVE_SPLIT_BYTES] + rsize
-                    s[INACTIVE_SPLIT_BYTES] = c
-                    if c > s[INACTIVE_SPLIT_BYTES_PEAK]:
-                        s[INACTIVE_SPLIT_BYTES_PEAK] = c
-                    s[INACTIVE_SPLIT_BYTES_TOTAL] += rsize
-                    c += other[INACTIVE_SPLIT_BYTES]
-                    if c > stats.agg[INACTIVE_SPLIT_BYTES_PEAK]:
-                        stats.agg[INACTIVE_SPLIT_BYTES_PEAK] = c
-                    c = s[INACTIVE_SPLIT] + 1
-                    s[INACTIVE_SPLIT] = c
-                    if c > s[INACTIVE_SPLIT_PEAK]:
-                        s[INACTIVE_SPLIT_PEAK] = c
-                    s[INACTIVE_SPLIT_TOTAL] += 1
-                    c += other[INACTIVE_SPLIT]
-                    if c > stats.agg[INACTIVE_SPLIT_PEAK]:
-                        stats.agg[INACTIVE_SPLIT_PEAK] = c
+                    change_inactive_split(stats, st, 1, rsize)  # a new inactive split block of rsize bytes
         elif not segment.expandable and (block.prev is not None or block.next is not None):
-            # an already-split free block becomes active (decrease_stat, inlined)
-            s = stats.pool[st]
-            s[INACTIVE_SPLIT_BYTES] -= block.size
-            s[INACTIVE_SPLIT] -= 1
+            change_inactive_split(stats, st, -1, -block.size)  # an inactive split block becomes active
         block.allocated = True
         block.requested_size = orig_size
         ptr = block.ptr
@@ -484,37 +456,9 @@ class CachingAllocator:
         if trace_extend is not None:
             trace_extend(("alloc", ptr, orig_size))
         bsize = block.size
-        # increase_stat(stats, st, family, n), inlined for allocation (== active), allocated_bytes
-        # (== active_bytes) and requested_bytes: the pool's current, peak and total, then the
-        # aggregate's peak (its current is this pool's plus the other pool's)
-        s, other = stats.pools[st]
-        a = stats.agg
-        c = s[ALLOCATION] + 1
-        s[ALLOCATION] = c
-        if c > s[ALLOCATION_PEAK]:
-            s[ALLOCATION_PEAK] = c
-        s[ALLOCATION_TOTAL] += 1
-        c += other[ALLOCATION]
-        if c > a[ALLOCATION_PEAK]:
-            a[ALLOCATION_PEAK] = c
-        c = s[ALLOCATED_BYTES] + bsize
-        s[ALLOCATED_BYTES] = c
-        if c > s[ALLOCATED_BYTES_PEAK]:
-            s[ALLOCATED_BYTES_PEAK] = c
-        s[ALLOCATED_BYTES_TOTAL] += bsize
-        c += other[ALLOCATED_BYTES]
-        if c > a[ALLOCATED_BYTES_PEAK]:
-            a[ALLOCATED_BYTES_PEAK] = c
-        c = s[REQUESTED_BYTES] + orig_size
-        s[REQUESTED_BYTES] = c
-        if c > s[REQUESTED_BYTES_PEAK]:
-            s[REQUESTED_BYTES_PEAK] = c
-        s[REQUESTED_BYTES_TOTAL] += orig_size
-        c += other[REQUESTED_BYTES]
-        if c > a[REQUESTED_BYTES_PEAK]:
-            a[REQUESTED_BYTES_PEAK] = c
+        count_allocation(stats, st, bsize, orig_size)  # allocation, allocated_bytes, requested_bytes (and active)
         if bsize >= self._max_split_size:
-            increase_single(a, OVERSIZE_ALLOCATIONS, 1)
+            increase_single(stats.agg, OVERSIZE_ALLOCATIONS, 1)
         return ptr
 
     # ------------------------------------------------------------------ free
@@ -542,13 +486,10 @@ class CachingAllocator:
                                    "(allocator state unchanged)")
         block.allocated = False
         stats = self.stats
-        s = stats.pool[block.segment.pool.stat_type]
         bsize = block.size
-        # decrease_stat, inlined: allocation and allocated_bytes (active follows them)
-        s[ALLOCATION] -= 1
-        s[ALLOCATED_BYTES] -= bsize
+        count_free(stats, block.segment.pool.stat_type, bsize, block.requested_size)
         if bsize >= self._max_split_size:
-            stats.agg[OVERSIZE_ALLOCATIONS] -= 1
+            stats.agg[OVERSIZE_ALLOCATIONS] -= 1  # decrease_stat of a single stat
         self.free_block(block)
 
     def _owns(self, ptr: int) -> bool:
@@ -569,7 +510,10 @@ class CachingAllocator:
         by_key = pool.by_key
         bsize = block.size
         # try_merge_blocks(block, neighbour, pool) for each free mapped neighbour, inlined (the freed
-        # block is mapped, so the neighbour leaves the pool's keys): block absorbs it
+        # block is mapped, so the neighbour leaves the pool's keys): block absorbs it. Measured with
+        # benchmarks/bench_sim.py (median of medians, CPU time, same machine, same load): the merges and
+        # pool inserts here and in alloc_found_block written as calls cost 3.2-3.6 us/op against 2.5-2.7
+        # inlined; the stat updates as calls to memviz.sim.stats cost nothing measurable, so they are calls.
         prev = block.prev
         if prev is not None and not prev.allocated and prev.mapped:
             psize = prev.size
@@ -600,32 +544,11 @@ class CachingAllocator:
         insort(keys, key)
         by_key[key] = block
         block.gc_count_base = pool.get_free_blocks_call_count
-        stats = self.stats
-        s, other = stats.pools[pool.stat_type]
         if not segment.expandable:
             if block.prev is not None or block.next is not None:
                 net_n += 1
                 net_b += bsize
-            # increase_stat for a net gain, decrease_stat for a net loss (current += net), inlined
-            c = s[INACTIVE_SPLIT] + net_n
-            s[INACTIVE_SPLIT] = c
-            if net_n > 0:
-                if c > s[INACTIVE_SPLIT_PEAK]:
-                    s[INACTIVE_SPLIT_PEAK] = c
-                s[INACTIVE_SPLIT_TOTAL] += net_n
-                c += other[INACTIVE_SPLIT]
-                if c > stats.agg[INACTIVE_SPLIT_PEAK]:
-                    stats.agg[INACTIVE_SPLIT_PEAK] = c
-            c = s[INACTIVE_SPLIT_BYTES] + net_b
-            s[INACTIVE_SPLIT_BYTES] = c
-            if net_b > 0:
-                if c > s[INACTIVE_SPLIT_BYTES_PEAK]:
-                    s[INACTIVE_SPLIT_BYTES_PEAK] = c
-                s[INACTIVE_SPLIT_BYTES_TOTAL] += net_b
-                c += other[INACTIVE_SPLIT_BYTES]
-                if c > stats.agg[INACTIVE_SPLIT_BYTES_PEAK]:
-                    stats.agg[INACTIVE_SPLIT_BYTES_PEAK] = c
-        s[REQUESTED_BYTES] -= block.requested_size  # decrease_stat, inlined
+            change_inactive_split(self.stats, pool.stat_type, net_n, net_b)
 
     def try_merge_blocks(self, dst: Block, src: Block | None, pool: BlockPool) -> int:
         """Merge free ``src`` into its neighbour ``dst``; return the bytes subsumed, 0 if none.
