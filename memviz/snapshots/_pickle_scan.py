@@ -61,8 +61,9 @@ _NOT_PLAIN = {
 }  # fmt: skip
 _CODE = frozenset(b"ci\x93Rbo\x81\x92\x82\x83\x84PQ")
 _STACK_GLOBAL = 0x93
-_COUNTED_STR = {0x8C: 1, ord("X"): 4, 0x8D: 8}  # SHORT_BINUNICODE, BINUNICODE, BINUNICODE8: length bytes
-_COUNTED_INT = {0x8A: 1, 0x8B: 4}  # LONG1, LONG4
+# counted arguments: opcode -> (bytes of the length, True for a str); SHORT_BINUNICODE, BINUNICODE,
+# BINUNICODE8 (UTF-8 text), LONG1, LONG4 (little-endian ints)
+_COUNTED = {0x8C: (1, True), ord("X"): (4, True), 0x8D: (8, True), 0x8A: (1, False), 0x8B: (4, False)}
 _LINE_OPS = frozenset(b"IFLVgp")  # INT, FLOAT, LONG, UNICODE, GET, PUT: an argument ending in b"\n"
 _MAX_LINE = 1 << 20  # bytes of a text argument (protocol 0); torch never writes protocol 0
 
@@ -137,8 +138,9 @@ class PickleScan:
                     if len(marks) > mtop:
                         mtop = len(marks)
                     continue
-                if op in _COUNTED_STR:
-                    w = _COUNTED_STR[op]
+                counted = _COUNTED.get(op)
+                if counted is not None:
+                    w, text = counted
                     if i + 1 + w > n:
                         break
                     length = int.from_bytes(data[i + 1:i + 1 + w], "little")
@@ -146,8 +148,10 @@ class PickleScan:
                     end = i + 1 + w + length
                     if end > n:
                         break
-                    ascii_ = data[i + 1 + w:end].isascii()
-                    alloc += 64 + (length if ascii_ else 4 * length)
+                    if not text:  # an int of `length` bytes
+                        alloc += 32 + length
+                    else:  # a str: 1 byte a character if ASCII, else up to 4
+                        alloc += 64 + (length if data[i + 1 + w:end].isascii() else 4 * length)
                     height += 1
                     if height > top:
                         top = height
@@ -176,20 +180,6 @@ class PickleScan:
                         base += 1
                     height = base
                     i += 1
-                    continue
-                if op in _COUNTED_INT:
-                    w = _COUNTED_INT[op]
-                    if i + 1 + w > n:
-                        break
-                    length = int.from_bytes(data[i + 1:i + 1 + w], "little")
-                    self._check_length(length, i)
-                    if i + 1 + w + length > n:
-                        break
-                    alloc += 32 + length
-                    height += 1
-                    if height > top:
-                        top = height
-                    i += 1 + w + length
                     continue
                 if op in (0x71, 0x72):  # BINPUT, LONG_BINPUT
                     w = 1 if op == 0x71 else 4
