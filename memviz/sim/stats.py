@@ -120,7 +120,8 @@ def count_allocation(stats: DeviceStats, stat_type: int, block_bytes: int, reque
     """``increase_stat`` of allocation (by 1), allocated_bytes and requested_bytes in pool ``stat_type`` and so
     in the aggregate, for one malloc (``active`` / ``active_bytes`` follow allocation / allocated_bytes).
 
-    The three updates are written out (not a loop over families): this runs on every malloc.
+    The three updates are written out: as a loop over the families they measured 0.05-0.1 us/op slower
+    (benchmarks/bench_sim.py, synthetic, min of 5 CPU-time runs), and this runs on every malloc.
     """
     s, other = stats.pools[stat_type]
     agg = stats.agg
