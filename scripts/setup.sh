@@ -29,6 +29,21 @@ else
 fi
 pip=("$py" -m pip install --disable-pip-version-check -q)
 
+# Run a pip command with its "WARNING: Retrying (Retry(...))" lines (an index slow to answer: pip tries again
+# and carries on) summed up in one line instead: they look like failures and are not.
+quiet_retries() {
+  local log status=0 n
+  log=$(mktemp)
+  "$@" 2> "$log" || status=$?
+  n=$(grep -c "Retrying (Retry(" "$log" || true)
+  grep -v "Retrying (Retry(" "$log" >&2 || true
+  rm -f "$log"
+  if [ "$n" -gt 0 ]; then
+    echo "memviz setup: pip retried a slow package index $n times (harmless: it went on, see the result below)"
+  fi
+  return "$status"
+}
+
 if "$py" -c "import torch" 2>/dev/null; then
   echo "memviz setup: keeping torch $("$py" -c 'import torch; print(torch.__version__)')"
 elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
@@ -36,7 +51,7 @@ elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; the
   "${pip[@]}" "torch>=2.1"
 else
   echo "memviz setup: no NVIDIA GPU; installing a CPU build of torch (the simulator stands in for the GPU)"
-  "${pip[@]}" --retries 1 --extra-index-url https://download.pytorch.org/whl/cpu "torch==2.13.*"
+  quiet_retries "${pip[@]}" --retries 1 --extra-index-url https://download.pytorch.org/whl/cpu "torch==2.13.*"
 fi
-"${pip[@]}" -r "$req" -e .
+quiet_retries "${pip[@]}" -r "$req" -e .
 echo "memviz setup: ready ($("$py" -c 'import sys; print(sys.prefix)'))"
