@@ -1,6 +1,6 @@
 """Speed of memviz.predict: per model, trace time, replay time, events, and max_batch time.
 
-usage: python3 benchmarks/bench_predict.py [--repeats N] [--no-max-batch]
+usage: python3 benchmarks/bench_predict.py [--repeats N] [--no-max-batch] [--memtracker]
 
 For each program of memviz/predict/programs.py at the size the issue names (ResNet-50 batch 32, 3 steps,
 and the others at their recorded sizes), on the H200 preset: the median wall time of ``--repeats``
@@ -8,6 +8,12 @@ predictions (default 3, after one warm-up), the events it made, and the replay a
 through a fresh ``memviz.sim.CachingAllocator``: what the simulator costs inside the prediction; the
 rest is tracing). Then the wall time of ``max_batch`` under the recorded caps. Targets on the 2-core CI
 machine: one ResNet-50 b32 prediction ≤ 5 s, ``max_batch`` ≤ 60 s.
+
+``--memtracker`` compares with PyTorch's MemTracker (``torch.distributed._tools.mem_tracker``) on its own
+measure, peak *active* bytes, against the recorded H200 runs. MemTracker needs fake CUDA tensors, which a
+CPU-only torch cannot make, so it runs here on top of memviz's CUDA emulation (the same tensors, the same
+autocast and kernel choices: only its accounting differs — tensor storages, no library workspaces);
+``reset_mod_stats()`` after each optimizer step lets it follow several iterations.
 """
 
 from __future__ import annotations
@@ -52,11 +58,60 @@ def replay_seconds(p: memviz.predict.Prediction) -> float:
     return time.perf_counter() - start
 
 
+MEMTRACKER_RUNS = ["mlp-b256", "resnet18-b64", "resnet50-b32", "convnet-b128", "gpt-b8-amp", "gpt-b8-amp-ckpt",
+                   "gpt-b8-fp32"]
+
+
+def memtracker_peak_bytes(program: object, kwargs: dict) -> int:
+    """MemTracker's peak total on the (emulated) device for one run of ``program(**kwargs)``."""
+    import torch.optim.optimizer as optimizer
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    peak = {}
+
+    def run() -> None:
+        tracker = MemTracker()
+        handle = optimizer.register_optimizer_step_post_hook(lambda *a: tracker.reset_mod_stats())
+        try:
+            with tracker:
+                program(**kwargs)
+        finally:
+            handle.remove()
+        peak.update({str(dev): d["Total"] for dev, d in tracker.get_tracker_snapshot("peak").items()})
+
+    memviz.predict(run, device="H200")
+    return int(peak.get("meta", 0))
+
+
+def compare_memtracker() -> None:
+    from memviz.predict import recorded
+
+    runs = {r["id"]: r for r in recorded.load_runs()}
+    print(f"\n{'run (peak active)':24s} {'H200 MiB':>9s} {'MemTracker':>11s} {'memviz':>8s}")
+    errors: dict[str, list[float]] = {"MemTracker": [], "memviz": []}
+    for run_id in MEMTRACKER_RUNS:
+        run = runs[run_id]
+        real = run["peaks"]["active_bytes"]
+        fn = programs.PROGRAMS[run["program"]]
+        theirs = memtracker_peak_bytes(fn, run["kwargs"])
+        ours = memviz.predict(fn, device="H200", cap=run["cap_bytes"], **run["kwargs"]).peak_allocated_bytes
+        errors["MemTracker"].append(abs(theirs - real) / real)
+        errors["memviz"].append(abs(ours - real) / real)
+        print(f"{run_id:24s} {real / 2**20:9.1f} {(theirs - real) / real * 100:+10.2f}% "
+              f"{(ours - real) / real * 100:+7.2f}%", flush=True)
+    for name, errs in errors.items():
+        print(f"{name}: median |error| {statistics.median(errs) * 100:.2f}%, worst {max(errs) * 100:.2f}%")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-max-batch", action="store_true")
+    parser.add_argument("--memtracker", action="store_true", help="only the comparison with MemTracker")
     args = parser.parse_args()
+    if args.memtracker:
+        compare_memtracker()
+        return
     memviz.predict(programs.mlp_training, batch=8, steps=1)  # warm-up: imports, first-call costs
     print(f"{'program':26s} {'predict s':>10s} {'replay s':>9s} {'trace s':>8s} {'events':>7s}  peak reserved")
     for name, fn, kwargs in CASES:

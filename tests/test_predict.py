@@ -84,3 +84,67 @@ def test_item_is_a_data_dependent_error_naming_the_line() -> None:
 
     with pytest.raises(memviz.predict.DataDependentError, match=r"test_predict.py:\d+"):
         memviz.predict(logs)
+
+
+def test_nonzero_is_a_data_dependent_error_and_predicting_is_true_inside() -> None:
+    seen = []
+
+    def prog() -> None:
+        seen.append(memviz.predicting())
+        x = torch.randn(8, device="cuda")
+        x.nonzero()
+
+    with pytest.raises(memviz.predict.DataDependentError, match="nonzero"):
+        memviz.predict(prog)
+    assert seen == [True] and not memviz.predicting()
+
+
+def test_the_programs_own_error_comes_back() -> None:
+    def prog() -> None:
+        a = torch.randn(4, 3, device="cuda")
+        a @ torch.randn(4, 3, device="cuda")  # shapes do not match, as on a GPU
+
+    with pytest.raises(RuntimeError, match=r"same reduction dim[\s\S]*stopped after 2 allocator events"):
+        memviz.predict(prog)
+
+
+def test_bad_device_and_cap_are_refused() -> None:
+    with pytest.raises(ValueError, match="unknown simulated device"):
+        memviz.predict(programs.mlp_training, device="Voodoo2")
+    with pytest.raises(ValueError):
+        memviz.predict(programs.mlp_training, device="T4", cap="-3 GiB")
+
+
+def test_max_batch_is_the_cliff() -> None:
+    def prog(batch: int) -> None:
+        model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 512)).cuda()
+        opt = torch.optim.AdamW(model.parameters())
+        x = torch.randn(batch, 512, device="cuda")
+        for _ in range(2):
+            model(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+    cap = "256 MiB"
+    best = memviz.max_batch(prog, device="H100", cap=cap)
+    assert best > 1
+    assert memviz.predict(prog, best, device="H100", cap=cap).fits
+    assert not memviz.predict(prog, best + 1, device="H100", cap=cap).fits
+
+
+def test_autocast_keeps_the_bf16_weight_copies_until_the_region_ends() -> None:
+    def prog(amp: bool) -> None:
+        lin = torch.nn.Linear(1024, 1024, bias=False).cuda()
+        x = torch.randn(16, 1024, device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+            y = lin(x)
+            assert y.dtype == (torch.bfloat16 if amp else torch.float32)
+            lin(x)  # the weight's bf16 copy comes from the cache: no second copy
+        y.float().sum().backward()
+
+    fp32 = memviz.predict(prog, False, device="A100-80GB")
+    bf16 = memviz.predict(prog, True, device="A100-80GB")
+    casts = [e for e in bf16.events if e.action == "alloc" and e.op == "_to_copy.default" and e.phase == "forward"]
+    # x then the weight (cast in argument order), x again (not a parameter: not cached), y.float() after
+    assert [e.nbytes for e in casts] == [16 * 1024 * 2, 1024 * 1024 * 2, 16 * 1024 * 2, 16 * 1024 * 4]
+    assert fp32.peak_allocated_bytes != bf16.peak_allocated_bytes
