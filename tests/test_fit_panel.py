@@ -141,6 +141,7 @@ def test_oom_banner_names_the_request_and_finds_what_fits():
     text = panel.banner.value
     assert "OUT OF MEMORY" in text and f"{p.oom.requested_bytes:,} B" in text and p.oom.op in text
     assert "test_fit_panel.py" in p.oom.line and p.oom.line in text and p.oom.phase in text
+    assert panel.area.drawn["oom"][0] == p.oom.event_index  # marked where the request failed
     assert panel.fix_button.layout.display is None
     panel.fix_button.click()
     best = max_batch(wide, device="T4", cap="80 MiB", hi=47)

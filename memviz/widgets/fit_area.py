@@ -3,8 +3,8 @@
 x is the predicted trace's event number, y MiB (exact: bytes / 2**20). The layers stack in :data:`LAYERS` order,
 so the top of the stack is what is allocated; reserved is the dashed line above it. A band behind the area
 marks each phase of each step (``forward``, ``backward``, ``optimizer``), labelled at the top; a marker shows
-the peak. A long trace is drawn through each slice's first, last, lowest and highest event of the total
-(:func:`memviz.widgets.downsample.envelope`), so the peak is always drawn.
+the peak, and an arrow the request that did not fit. A long trace is drawn through each slice's first, last,
+lowest and highest event of the total (:func:`memviz.widgets.downsample.envelope`), so the peak is drawn.
 """
 
 from __future__ import annotations
@@ -68,9 +68,11 @@ class StepArea:
         self.drawn: dict = {}
 
     def show(self, layers: Mapping[str, Sequence[int]], reserved: Sequence[int],
-             phases: Sequence[tuple[str, int, int]] = (), title: str = "what is live over the step") -> None:
+             phases: Sequence[tuple[str, int, int]] = (), title: str = "what is live over the step",
+             oom: tuple[int, str] | None = None) -> None:
         """Draw ``layers`` (category → bytes live after each event; categories not in :data:`LAYERS` go to
-        "other"), ``reserved`` (bytes after each event) and ``phases`` (``(name, first event, last event)``)."""
+        "other"), ``reserved`` (bytes after each event) and ``phases`` (``(name, first event, last event)``);
+        ``oom``: ``(event index, label)`` of the request that did not fit, marked where the run stopped."""
         n = len(reserved)
         stack = {name: np.zeros(n, dtype=np.int64) for name, _ in LAYERS}
         for name, values in layers.items():
@@ -81,7 +83,8 @@ class StepArea:
         peak = int(np.argmax(total)) if n else 0
         x = keep
         kept_reserved = np.asarray(reserved, dtype=np.int64)[keep]
-        drawn = {"x": x.tolist(), "reserved": kept_reserved.tolist(), "phases": list(phases), "peak": peak}
+        drawn = {"x": x.tolist(), "reserved": kept_reserved.tolist(), "phases": list(phases), "peak": peak,
+                 "oom": oom}
         with self.fig.batch_update():
             for trace, (name, _) in zip(self.fig.data, LAYERS, strict=False):
                 values = stack[name][keep]
@@ -95,11 +98,16 @@ class StepArea:
                  "fillcolor": PHASE_COLORS.get(name, "rgba(0,0,0,0.04)"), "line": {"width": 0}, "layer": "below"}
                 for name, first, last in phases
             ]  # fmt: skip
-            self.fig.layout.annotations = [
+            notes = [
                 {"x": (first + last) / 2, "y": 1.0, "xref": "x", "yref": "paper", "yanchor": "bottom",
                  "text": name[0].upper(), "hovertext": name, "showarrow": False, "font": {"size": 10, "color": "#555"}}
                 for name, first, last in phases
             ]  # fmt: skip
+            if oom is not None:
+                notes.append({"x": oom[0] - 0.5, "y": 0.5, "xref": "x", "yref": "paper", "text": f"OOM: {oom[1]}",
+                              "showarrow": True, "ax": -60, "ay": 0, "font": {"size": 11, "color": PEAK_COLOR},
+                              "arrowcolor": PEAK_COLOR})  # fmt: skip
+            self.fig.layout.annotations = notes
             self.fig.layout.title.text = title
             self.fig.layout.xaxis.range = [-0.5, max(n - 0.5, 0.5)]
         self.drawn = drawn

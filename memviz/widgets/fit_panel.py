@@ -200,7 +200,8 @@ class FitPanel:
             for cat, nbytes in row.items():
                 layers.setdefault(cat, []).append(nbytes)
         reserved = [e.reserved_bytes for e in p.events]
-        self.area.show(layers, reserved, phase_spans(p),
+        oom = None if p.fits else (p.oom.event_index, f"{format_bytes(p.oom.requested_bytes)} for {p.oom.op}")
+        self.area.show(layers, reserved, phase_spans(p), oom=oom,
                        title=f"what is live over the run: {len(p.events):,} allocator events")  # fmt: skip
         at = p.peak_event_index
         segments, where = self._segments_at(p, at)
