@@ -13,10 +13,9 @@ The widget names (``dashboard``, ``SnapshotViewer``, ``WhatIfTable``) load :mod:
 use, so ``import memviz`` imports neither ipywidgets, plotly nor torch.
 """
 
-from __future__ import annotations
-
-from importlib import import_module, metadata
-from typing import Any
+from importlib import import_module as _import_module
+from importlib import metadata as _metadata
+from typing import Any as _Any
 
 from memviz.backends import cuda_available
 from memviz.compare import compare_configs
@@ -70,21 +69,21 @@ _LAZY = {"dashboard": "memviz.widgets", "SnapshotViewer": "memviz.widgets", "Wha
 def _version() -> str:
     """The installed distribution's version: the one that provides this package, whatever it is named."""
     try:
-        return metadata.version(__name__)
-    except metadata.PackageNotFoundError:
-        for dist in metadata.packages_distributions().get(__name__, ()):
-            return metadata.version(dist)
+        return _metadata.version(__name__)
+    except _metadata.PackageNotFoundError:
+        for dist in _metadata.packages_distributions().get(__name__, ()):
+            return _metadata.version(dist)
     return "0+unknown"  # a source tree that was never installed (pip install -e . installs it)
 
 
 __version__ = _version()
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module), name)
+    value = getattr(_import_module(module), name)
     globals()[name] = value
     return value
 

@@ -6,6 +6,7 @@ Adding or removing a public name is a decision: change this list with it. Helper
 
 import subprocess
 import sys
+import types
 
 import memviz
 
@@ -43,6 +44,13 @@ EXPORTED = [
 
 def test_all_is_exactly_the_taught_surface() -> None:
     assert memviz.__all__ == EXPORTED
+
+
+def test_nothing_public_is_left_out_of_all() -> None:
+    """httpx's check: every public name of the package is in ``__all__`` (submodules aside)."""
+    public = {name for name, value in vars(memviz).items()
+              if not name.startswith("_") and not isinstance(value, types.ModuleType)}
+    assert public <= set(memviz.__all__), public - set(memviz.__all__)
 
 
 def test_every_exported_name_resolves_and_is_documented() -> None:
