@@ -4,13 +4,15 @@
 piece also works alone in a lesson (``SegmentMap(lab)``, ``MemoryGauges(lab)``, ``Timeline(lab)``): call
 ``.refresh()`` after changing the lab, or ``.watch()`` to refresh after every cell. For a recorded run:
 ``SnapshotViewer("my_run.pickle")`` scrubs its events, ``WhatIfTable("my_run.pickle", configs)`` replays it
-under other allocator configs.
+under other allocator configs. ``fit_panel(train)`` predicts a program's memory as its arguments and the
+target GPU change (:mod:`memviz.widgets.fit_panel`).
 """
 
 from memviz.widgets.backend_panel import CONFIG_PRESETS
 from memviz.widgets.controls import Controls
 from memviz.widgets.dashboard import Dashboard, dashboard
 from memviz.widgets.event_log import EventLog, OOMBanner
+from memviz.widgets.fit_panel import FitPanel, fit_panel
 from memviz.widgets.gauges import MemoryGauges
 from memviz.widgets.live import CellHook
 from memviz.widgets.segment_map import SegmentMap, StateMap, segment_bars
@@ -24,6 +26,7 @@ __all__ = [
     "Controls",
     "Dashboard",
     "EventLog",
+    "FitPanel",
     "MemoryGauges",
     "OOMBanner",
     "SegmentMap",
@@ -32,6 +35,7 @@ __all__ = [
     "Timeline",
     "WhatIfTable",
     "dashboard",
+    "fit_panel",
     "segment_bars",
     "what_if_widget",
 ]
