@@ -776,11 +776,7 @@ class CachingAllocator:
         if mapped_size < to_map.size:
             remaining = Block(to_map.size - mapped_size, to_map.ptr + mapped_size, segment)
             remaining.mapped = False
-            remaining.prev = to_map
-            remaining.next = to_map.next
-            if to_map.next is not None:
-                to_map.next.prev = remaining
-            to_map.next = remaining
+            to_map.link_after(remaining)
             pool.insert_unmapped(remaining)
             to_map.size = mapped_size
         self.try_merge_blocks(to_map, to_map.prev, pool)
@@ -808,22 +804,12 @@ class CachingAllocator:
         before_size = begin - block.ptr
         if before_size > 0:
             before = Block(before_size, block.ptr, segment)
-            before.prev = block.prev
-            before.next = block
-            if block.prev is not None:
-                block.prev.next = before
-            else:
-                segment.head = before
-            block.prev = before
+            block.link_before(before)
             pool.insert_into_blocks(before)
         after_size = block.size - before_size - unmapped_size
         if after_size > 0:
             after = Block(after_size, end, segment)
-            after.prev = block
-            after.next = block.next
-            if block.next is not None:
-                block.next.prev = after
-            block.next = after
+            block.link_after(after)
             pool.insert_into_blocks(after)
         block.ptr = begin
         block.size = unmapped_size

@@ -64,6 +64,24 @@ class Block:
         self.next = next
         self.gc_count_base = 0
 
+    def link_before(self, new: Block) -> None:
+        """Put ``new`` into the segment's list just below this block (it becomes the head if this was)."""
+        prev = new.prev = self.prev
+        new.next = self
+        if prev is not None:
+            prev.next = new
+        else:
+            self.segment.head = new
+        self.prev = new
+
+    def link_after(self, new: Block) -> None:
+        """Put ``new`` into the segment's list just above this block."""
+        nxt = new.next = self.next
+        new.prev = self
+        if nxt is not None:
+            nxt.prev = new
+        self.next = new
+
     def __repr__(self) -> str:
         state = "allocated" if self.allocated else ("free" if self.mapped else "unmapped")
         return f"Block(ptr={self.ptr:#x}, size={self.size}, {state})"
