@@ -90,7 +90,7 @@ def test_long_random_sequences(conf: str, seed: int) -> None:
     a = CachingAllocator(rng.choice([64, 160, 512]) * MiB, memory_fraction=rng.choice([None, 0.6]),
                          alloc_conf=conf)
     live: list[int] = []
-    for step in range(1500):
+    for _ in range(1500):
         r = rng.random()
         if r < 0.55:
             size = rng.choice([rng.randint(1, 8192), rng.randint(8192, 3 * MiB),
