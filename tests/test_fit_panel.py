@@ -218,3 +218,18 @@ def test_fit_panel_is_exported():
     assert memviz.fit_panel is fit_panel
     with pytest.raises(TypeError, match="batch_arg='nope' is not a parameter"):
         fit_panel(train, batch_arg="nope")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not memviz.cuda_available(), reason="needs a CUDA GPU")
+def test_run_for_real_on_this_gpu_beside_the_prediction():
+    panel = FitPanel(train, cap="2 GiB", batch=4096)
+    result = panel.run_real()
+    predicted, measured = result["predicted"], result["measured"]
+    assert measured.fits and predicted.fits
+    # this process may already hold cuBLAS's workspaces (up to 65 MiB), which a fresh one would allocate
+    slack = 70 * 2**20 + measured.peak_allocated_bytes // 20
+    assert abs(predicted.peak_allocated_bytes - measured.peak_allocated_bytes) <= slack
+    assert "predicted vs measured" in panel.real_html.value and not panel.out.outputs
+    assert torch.cuda.max_memory_allocated() >= measured.peak_allocated_bytes
+    panel.close()
