@@ -74,6 +74,8 @@ _ADDR_ACTIONS = frozenset(TRACE_ACTIONS) - {"snapshot", "oom", "annotate"}
 _PLAIN_SCALARS = (str, int, float, bool, type(None))
 _SCALAR_TYPES = frozenset(_PLAIN_SCALARS)
 _SMALL_BUFFER = 2 * 1024 * 1024  # bytes: a small-pool segment (kSmallBuffer)
+_EVENT_INTS = ("time_us", "stream", "device_free")  # optional int fields of a trace event
+_ABSENT = object()
 _TORCH_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C  # the first pickle of a non-zip torch.save() file
 _DUMP_HINT = ("load_snapshot reads the file torch.cuda.memory._dump_snapshot(path) writes (or the dict "
               "torch.cuda.memory._snapshot() returns)")
@@ -336,13 +338,12 @@ def _items(container: Any) -> Any:
     """(key, value) pairs of a container to walk, or None for one holding only scalars; a dict's keys must be
     plain scalars."""
     if isinstance(container, dict):
-        if not set(map(type, container)) <= _SCALAR_TYPES:
-            for key in container:
-                if not isinstance(key, _PLAIN_SCALARS):
-                    raise SnapshotError(f"a dict has a key of type {type(key).__name__}; a snapshot holds only "
-                                        "plain data")
-        if set(map(type, container.values())) <= _SCALAR_TYPES:
-            return None
+        if {*map(type, container), *map(type, container.values())} <= _SCALAR_TYPES:
+            return None  # the common case, one set for keys and values
+        for key in container:
+            if type(key) not in _SCALAR_TYPES and not isinstance(key, _PLAIN_SCALARS):
+                raise SnapshotError(f"a dict has a key of type {type(key).__name__}; a snapshot holds only "
+                                    "plain data")
         return iter(container.items())
     if set(map(type, container)) <= _SCALAR_TYPES:
         return None
@@ -423,8 +424,9 @@ def _segment(seg: Any, where: str, once: _Once) -> dict[str, Any]:
     offset = address
     allocated = active = requested = 0
     new_blocks = []
+    block_place = where + ".blocks[{}]"
     for j, b in enumerate(blocks):
-        bw = (where + ".blocks[{}]", j)
+        bw = (block_place, j)
         if not isinstance(b, Mapping):
             raise SnapshotError(f"{_place(bw)}: a block must be a dict, got {type(b).__name__}")
         once(b, bw)
@@ -459,11 +461,13 @@ def _check_trace(trace: Any, where: str, once: _Once) -> None:
     if not isinstance(trace, list):
         raise SnapshotError(f"{where}: a device trace must be a list of events, got {type(trace).__name__}")
     once(trace, where)
-    addr_actions = _ADDR_ACTIONS
+    addr_actions, place, event_place, seen = _ADDR_ACTIONS, where + "[{}] ({})", where + "[{}]", once.seen
     for i, e in enumerate(trace):
         if not isinstance(e, dict):
             raise SnapshotError(f"{where}[{i}]: a trace event must be a dict, got {type(e).__name__}")
-        once(e, (where + "[{}]", i))
+        if id(e) in seen:
+            once(e, (event_place, i))  # raises
+        seen.add(id(e))
         action = e.get("action")
         if action in addr_actions:
             addr, size = e.get("addr"), e.get("size")
@@ -477,9 +481,10 @@ def _check_trace(trace: Any, where: str, once: _Once) -> None:
             _int(e, "size", (where + "[{}] (oom)", i))
         elif not isinstance(action, str):
             raise SnapshotError(f"{where}[{i}]: 'action' must be a string, got {_show(action)}")
-        for key in ("time_us", "stream", "device_free"):
-            if key in e:
-                _int(e, key, (where + "[{}] ({})", i, action))
+        for key in _EVENT_INTS:
+            value = e.get(key, _ABSENT)
+            if value is not _ABSENT and (type(value) is not int or not 0 <= value <= _INT64_MAX):
+                _int(e, key, (place, i, action))  # raises unless an int subclass in range
 
 
 def validate_snapshot(obj: Any, *, name: str = "<snapshot>") -> dict[str, Any]:
