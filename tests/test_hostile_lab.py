@@ -119,3 +119,14 @@ def test_a_cap_is_the_limit_in_force(total, data):
     limit = lab.backend.allocator.allowed_memory_bytes
     assert lab.backend.cap_bytes == cap
     assert limit == (None if cap == total else cap)
+
+
+@pytest.mark.parametrize(("cap", "error", "words"), [("1 GiB", TypeError, "cap must be an int"),
+                                                     (1.5, TypeError, "not float 1.5"), (0, ValueError, "between 1"),
+                                                     (17 << 30, ValueError, "more than the device's 16.00 GiB")])
+def test_set_cap_on_a_live_lab_checks_its_input_and_changes_nothing(lab, cap, error, words):
+    lab.allocate("1 MiB", name="a")
+    before = state(lab), lab.backend.cap_bytes, lab.backend.allocator.allowed_memory_bytes
+    with pytest.raises(error, match=words):
+        lab.backend.set_cap(cap)
+    assert (state(lab), lab.backend.cap_bytes, lab.backend.allocator.allowed_memory_bytes) == before

@@ -9,7 +9,7 @@ from typing import Any
 
 from memviz.errors import InputError, InputTypeError
 from memviz.shapes import Request
-from memviz.sim.limits import fraction_for_cap  # one copy, shared with the simulator's what-if tools
+from memviz.sim.limits import check_bytes, fraction_for_cap  # one copy, shared with the simulator's what-ifs
 from memviz.units import format_bytes
 
 __all__ = ["Backend", "DriverMemory", "check_alloc_conf", "fraction_and_cap", "fraction_for_cap"]
@@ -135,10 +135,12 @@ def fraction_and_cap(cap_bytes: int | None, total_bytes: int) -> tuple[float | N
     every device below 2**53 bytes (8 PiB), one step of the float below it above. ``(None, None)``: no cap.
 
     Raises:
-        InputError: a cap above the device's memory (the message says the most it may be).
+        InputTypeError: a cap that is not an int of bytes. InputError: a cap below 1 byte or above the
+            device's memory (the message says the most it may be).
     """
     if cap_bytes is None:
         return None, None
+    cap_bytes = check_bytes(cap_bytes, "cap", low=1, example="2 << 30")
     if cap_bytes > total_bytes:
         raise InputError(f"cap={format_bytes(cap_bytes)} ({cap_bytes:,} bytes) is more than the device's "
                          f"{format_bytes(total_bytes)}: pass a cap up to {total_bytes:,} bytes, or None for no cap")
