@@ -36,6 +36,7 @@ from memviz.sim import CachingAllocator, fraction_for_cap
 from . import workspaces
 from .autocast import CudaEmulation
 from .cuda_shim import patched_cuda
+from .fastmeta import shortcut
 from .gpus import GpuArch
 
 __all__ = ["DataDependentError", "Event", "Session"]
@@ -69,6 +70,11 @@ _DATA_DEPENDENT = {
     torch.ops.aten.repeat_interleave.Tensor, torch.ops.aten.bincount.default, torch.ops.aten.equal.default,
     torch.ops.aten.is_nonzero.default, torch.ops.aten.nonzero_static.default,
 }
+
+
+_RANDOM_FILL = {torch.ops.aten.uniform_.default, torch.ops.aten.normal_.default, torch.ops.aten.bernoulli_.float,
+                torch.ops.aten.random_.default, torch.ops.aten.exponential_.default, torch.ops.aten.log_normal_.default}
+"""In-place random fills skipped on host parameters (``nn.init``): the CPU work of building a model."""
 
 
 class Event:
@@ -416,7 +422,11 @@ class _Capture(TorchDispatchMode):
                 return func.decompose(*args, **kwargs)
         if func in _DATA_DEPENDENT and any(isinstance(a, torch.Tensor) and a.is_meta for a in args):
             raise DataDependentError(func.__name__, s.user_line())
-        out = func(*args, **kwargs)
+        if func in _RANDOM_FILL and args[0].requires_grad and not args[0].is_meta:
+            return args[0]  # a parameter's initialisation on the host: its values never reach the prediction
+        out = shortcut(func, args, kwargs)
+        if out is NotImplemented:
+            out = func(*args, **kwargs)
         if s.gpu_depth:
             name = func.__name__
             rule = workspaces.RULES.get(func)
