@@ -148,3 +148,23 @@ def test_autocast_keeps_the_bf16_weight_copies_until_the_region_ends() -> None:
     # x then the weight (cast in argument order), x again (not a parameter: not cached), y.float() after
     assert [e.nbytes for e in casts] == [16 * 1024 * 2, 1024 * 1024 * 2, 16 * 1024 * 2, 16 * 1024 * 4]
     assert fp32.peak_allocated_bytes != bf16.peak_allocated_bytes
+
+
+def test_fp16_with_grad_scaler_and_a_model_built_on_meta() -> None:
+    def prog() -> None:
+        with torch.device("meta"):
+            model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+        model = model.to_empty(device="cuda")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cuda")
+        x, y = torch.randn(32, 256, device="cuda"), torch.randint(0, 10, (32,), device="cuda")
+        for _ in range(2):
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+
+    p = memviz.predict(prog, device="T4")
+    assert p.fits and p.breakdown()["parameters"] == (256 * 256 + 256 + 256 * 10 + 10) * 4

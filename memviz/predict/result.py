@@ -12,7 +12,11 @@ from .trace import Event, Session
 __all__ = ["CATEGORIES", "OutOfMemory", "Prediction"]
 
 CATEGORIES = ("parameters", "gradients", "optimizer state", "activations", "temporaries", "workspaces")
-"""The breakdown's categories, in stacking order."""
+"""The breakdown's categories, in stacking order. Parameters (and buffers) are what modules own;
+gradients are the parameters' ``.grad``; optimizer state is what ``opt.state`` holds after a step;
+activations are the other tensors made before or during a forward pass (the inputs, what autograd
+saves, the outputs); temporaries are the others made in backward, the optimizer step or after;
+workspaces are the libraries' non-tensor requests (cuBLAS, cuBLASLt, cuDNN, flash attention)."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,7 @@ class OutOfMemory:
 def _category(e: Event) -> str:
     if e.category is not None:
         return e.category
-    return "activations" if e.phase == "forward" else "temporaries"
+    return "activations" if e.phase in ("forward", "setup") else "temporaries"
 
 
 class Prediction:

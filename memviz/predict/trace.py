@@ -546,8 +546,21 @@ def _pass_through(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
 def _data_dependent(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
     t = args[0]
     if isinstance(t, torch.Tensor) and t.is_meta:
+        if func is torch.Tensor.item and _called_from_grad_scaler():
+            return 0.0  # GradScaler asks whether a gradient overflowed: a healthy step, as on the GPU
         raise DataDependentError(f"Tensor.{func.__name__}", s.user_line())
     return func(*args, **kwargs)
+
+
+def _called_from_grad_scaler() -> bool:
+    f = sys._getframe(2)
+    for _ in range(4):
+        if f is None:
+            return False
+        if f.f_code.co_filename.replace(os.sep, "/").endswith("amp/grad_scaler.py"):
+            return True
+        f = f.f_back
+    return False
 
 
 _SPECIAL: dict[Any, Callable[[Session, Any, tuple, dict], Any]] = {
