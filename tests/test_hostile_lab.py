@@ -130,3 +130,37 @@ def test_set_cap_on_a_live_lab_checks_its_input_and_changes_nothing(lab, cap, er
     with pytest.raises(error, match=words):
         lab.backend.set_cap(cap)
     assert (state(lab), lab.backend.cap_bytes, lab.backend.allocator.allowed_memory_bytes) == before
+
+
+_names = st.sampled_from(["a", "b", "g", "g[1]", "nope", ""])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(_names, st.integers(), st.none(), st.lists(_names, max_size=3)), max_size=4))
+def test_free_of_any_arguments_frees_exactly_them_or_changes_nothing(args):
+    lab = Lab("sim", device="T4")
+    lab.allocate("1 MiB", name="a")
+    lab.allocate("2 MiB", name="b")
+    lab.allocate(512, count=3, name="g")
+    before = state(lab)
+    try:
+        event = lab.free(*args)
+    except (KeyError, ValueError, TypeError):
+        assert state(lab) == before
+        return
+    gone = set(event.names)
+    assert all(n not in lab for n in gone) and len(lab) == 5 - len(gone)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="0123456789,()[]x _.KiMGB-", max_size=14))
+def test_allocate_of_any_typed_size_allocates_or_changes_nothing(typed):
+    lab = Lab("sim", device="T4", cap="1 GiB")
+    lab.allocate("1 MiB", name="a")
+    before = state(lab)
+    try:
+        event = lab.allocate(typed, name="typed")
+    except ValueError:
+        assert state(lab) == before
+        return
+    assert event.names == (("typed",) if event.ok else ())
