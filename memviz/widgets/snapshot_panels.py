@@ -51,11 +51,11 @@ class RecordedTimeline:
         self.fig = Figure(
             traces,
             layout={
-                "height": 380, "autosize": True, "margin": {"l": 60, "r": 24, "t": 30, "b": 44},
+                "height": 400, "autosize": True, "margin": {"l": 60, "r": 24, "t": 30, "b": 100},
                 "title": {"text": "memory over the recorded events", "font": {"size": 12}},
                 "xaxis": {"title": {"text": "event #"}, "range": [0, max(len(history) - 1, 1)]},
                 "yaxis": {"title": {"text": "MiB"}, "rangemode": "tozero"},
-                "legend": {"orientation": "h", "y": -0.2}, "hovermode": "closest", "template": TEMPLATE,
+                "legend": {"orientation": "h", "y": -0.32}, "hovermode": "closest", "template": TEMPLATE,
                 "shapes": [cursor],
             },
         )  # fmt: skip

@@ -96,7 +96,10 @@ def table_html(grid: WhatIfGrid) -> str:
         ok = grid.fidelity.states_matching == grid.fidelity.states_compared
         fid = (f'<div style="margin-top:4px;color:{"#2ca02c" if ok else "#d62728"}">'
                f"{escape(fidelity_line(grid.fidelity))}</div>")  # fmt: skip
-    return (f'<div style="font-size:12px"><div style="overflow-x:auto"><table style="border-collapse:collapse">'
+    # width 0 / min-width 100%: the block takes the widget's width, not the table's, so the table scrolls sideways
+    # and the fidelity line wraps at the page's edge
+    return ('<div style="font-size:12px;width:0;min-width:100%"><div style="overflow-x:auto">'
+            f'<table style="border-collapse:collapse">'
             f"<thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table></div>{fid}</div>")  # fmt: skip
 
 
