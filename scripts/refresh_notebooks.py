@@ -4,9 +4,10 @@
 
 Runs each notebook top to bottom in a fresh kernel of this environment (on the simulator when there is
 no GPU: the saved numbers are the simulator's), then keeps it small: no saved widget state, no widget
-views (they cannot render without that state), sequential execution counts and stable cell ids. It then
-names what the lessons' style rules forbid: output lines wider than a notebook pane (100 characters), and
-nbval markers written as comments (``# NBVAL_...``) instead of cell tags (``nbval-ignore-output`` etc.).
+views (they cannot render without that state), stream chunks merged, sequential execution counts and
+stable cell ids. It then names what the lessons' style rules forbid: output lines wider than a notebook
+pane (100 characters), and nbval markers written as comments (``# NBVAL_...``) instead of cell tags
+(``nbval-ignore-output`` etc.).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def refresh(path: Path) -> None:
             continue
         count += 1
         cell.execution_count = count
-        cell.outputs = [out for out in cell.outputs if WIDGET_VIEW not in out.get("data", {})]
+        cell.outputs = coalesce_streams([out for out in cell.outputs if WIDGET_VIEW not in out.get("data", {})])
         for out in cell.outputs:
             if "execution_count" in out:
                 out["execution_count"] = count
@@ -41,6 +42,18 @@ def refresh(path: Path) -> None:
     print(f"refreshed {path} ({path.stat().st_size // 1024} KiB)")
     for problem in style_problems(nb):
         print(f"  {path.name}: {problem}")
+
+
+def coalesce_streams(outputs: list) -> list:
+    """Consecutive stdout (or stderr) chunks as one output: how the kernel split them depends on timing."""
+    merged: list = []
+    for out in outputs:
+        last = merged[-1] if merged else None
+        if out.output_type == "stream" and last is not None and last.output_type == "stream" and last.name == out.name:
+            last.text += out.text
+        else:
+            merged.append(out)
+    return merged
 
 
 def style_problems(nb: nbformat.NotebookNode) -> list[str]:
