@@ -305,9 +305,13 @@ class CachingAllocator:
             if size == 0:
                 return 0
         # rules.round_size, is_small and should_split are inlined in malloc: as calls they cost 0.1-0.2 us/op
-        # more (benchmarks/bench_sim.py, synthetic 200k ops, min of 5, CPU time). round_size, when there is
-        # no power-of-2 rounding:
-        rounded = self.round_size(size) if self._divisions else -(-size // MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
+        # more (benchmarks/bench_sim.py, synthetic 200k ops, min of 5, CPU time). round_size (size >= 1 here),
+        # reading rules.division_table through self._divisions:
+        rounded = -(-size // MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
+        if self._divisions is not None:
+            threshold, step = self._divisions[size.bit_length()]
+            if size > threshold:
+                rounded = -(-size // step) * step
         p = self._params  # one AllocParams, reused: malloc never re-enters itself
         p.size = rounded
         p.pool = self.small_blocks if rounded <= SMALL_SIZE else self.large_blocks  # rules.is_small, inlined

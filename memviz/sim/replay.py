@@ -99,7 +99,7 @@ def replay(ops: Iterable[Op], allocator: CachingAllocator,
     step = -1
     for step, op in enumerate(ops):
         kind, key, size = op
-        if kind == MALLOC:
+        if kind == "malloc":  # the kinds as literals, not the module constants: no global lookup per op
             try:
                 address = malloc(size)
             except OutOfMemoryError as error:
@@ -109,15 +109,15 @@ def replay(ops: Iterable[Op], allocator: CachingAllocator,
                 oom, last_ok = None, True
                 if key is not None:
                     live[key] = address
-        elif kind == FREE:
+        elif kind == "free":
             oom = None
             address = live.pop(key, None)
             if address is not None:
                 free(address)
-        elif kind == EMPTY_CACHE:
+        elif kind == "empty_cache":
             oom = None
             empty_cache()
-        elif kind == PROBE:
+        elif kind == "probe":
             try:
                 free(malloc(size))
             except OutOfMemoryError as error:
