@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as W
 
 from memviz.errors import MemvizError
+from memviz.sim.constants import MiB  # figure axes are in MiB: dividing by a power of two is exact in float64
 from memviz.units import format_bytes
 
 if TYPE_CHECKING:
@@ -20,7 +21,6 @@ __all__ = [
     "marker_swatch", "mib",
 ]  # fmt: skip
 
-MiB = 1 << 20  # figure axes are in MiB: dividing by a power of two is exact in float64
 USER_ERRORS = (MemvizError, ValueError, KeyError, TypeError)  # bad input (memviz.errors and the lab's messages);
 # a RuntimeError is a bug or a failure of torch itself, so it shows its traceback
 
