@@ -251,3 +251,19 @@ def test_group_members_free_one_by_one_and_ops_log_frees_when_memory_goes(lab):
     del keep
     assert [op.kind for op in lab.ops].count(FREE) == 5
     assert lab.stats()["allocated_bytes.all.current"] == 0
+
+
+def test_a_bulk_allocate_and_free_leave_the_collector_as_they_found_it(lab):
+    assert gc.isenabled()
+    lab.allocate(512, count=2000, name="g")
+    assert gc.isenabled()
+    lab.free("g")
+    assert gc.isenabled() and len(lab) == 0
+    gc.disable()
+    try:
+        lab.allocate(512, count=2000, name="h")
+        lab.free_all()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    assert lab.stats()["allocated_bytes.all.current"] == 0
