@@ -168,3 +168,15 @@ def test_fp16_with_grad_scaler_and_a_model_built_on_meta() -> None:
 
     p = memviz.predict(prog, device="T4")
     assert p.fits and p.breakdown()["parameters"] == (256 * 256 + 256 + 256 * 10 + 10) * 4
+
+
+def test_what_is_not_modelled_is_said() -> None:
+    def prog() -> None:
+        lstm = torch.nn.LSTM(16, 32).cuda()
+        lstm(torch.randn(5, 3, 16, device="cuda"))[0].sum().backward()
+
+    p = memviz.predict(prog, device="H200")
+    assert p.fits and any("recurrent" in note for note in p.notes)
+    assert memviz.predict(programs.mlp_training, device="H200", batch=8, steps=1).notes == []
+    assert any("extrapolated" in note for note in memviz.predict(programs.mlp_training, device="T4", batch=8,
+                                                                  steps=1).notes)

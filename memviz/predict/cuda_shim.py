@@ -96,7 +96,9 @@ def _replacements(session: Any) -> dict[str, Any]:
         "get_rng_state_all": lambda: [torch.zeros(16, dtype=torch.uint8)],
         "set_rng_state_all": nothing,
         "device": _NoOpContext,
-        "stream": _NoOpContext,
+        "stream": lambda *a, **k: (session.note("streams: everything is predicted on one stream "
+                                                 "(record_stream and cross-stream frees are not modelled)"),
+                                    _NoOpContext())[1],
         "Stream": _Stream,
         "Event": _Stream,
         "current_stream": lambda device=None: _Stream(),

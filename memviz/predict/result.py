@@ -59,6 +59,8 @@ class Prediction:
         device: the simulated device; arch: its :class:`memviz.predict.gpus.GpuArch`.
         cap_bytes / alloc_conf: the limit and config it ran under.
         trace_seconds: how long the prediction took.
+        notes: what this prediction met but does not model (empty when everything it ran is modelled),
+            e.g. recurrent layers' cuDNN buffers, several streams, workspaces extrapolated to the arch.
     """
 
     def __init__(self, session: Session, cap_bytes: int | None, alloc_conf: str, trace_seconds: float) -> None:
@@ -76,6 +78,7 @@ class Prediction:
         self.oom = OutOfMemory(**session.oom) if session.oom else None
         self.fits: bool = self.oom is None
         self.trace_seconds = trace_seconds
+        self.notes: list[str] = list(session.notes)
         for e in self.events:  # one category per allocation, its free included
             if e.action == "alloc":
                 e.category = _category(e)
@@ -128,6 +131,7 @@ class Prediction:
                  f"peak reserved {format_bytes(self.peak_reserved_bytes)}"]
         if self.oom:
             lines.append(f"OOM: {self.oom}")
+        lines += [f"not modelled: {note}" for note in self.notes]
         lines.append("at the peak: " + ", ".join(f"{k} {format_bytes(v)}" for k, v in self.breakdown().items() if v))
         return "\n".join(lines)
 

@@ -143,6 +143,10 @@ class Session:
         self.modules: dict[int, torch.nn.Module] = {}
         self.workspaces: dict[tuple[str, str], int] = {}
         self.oom: dict[str, Any] | None = None
+        self.notes: dict[str, None] = {}  # what this prediction could not model, in the order met
+        if arch.capability < (9, 0):
+            self.note(f"library workspaces on {arch.name}: cuBLAS sizes from torch's source, cuDNN's extrapolated "
+                      "from the H200's measurements")
         self.closed = False
         self.on_progress = on_progress
         self.emulation = CudaEmulation(self.is_device, self._choose_sdpa, self.forget)
@@ -177,6 +181,10 @@ class Session:
             yield
         finally:
             self.gpu_depth = depth
+
+    def note(self, text: str) -> None:
+        """Record something this prediction does not model (shown in ``Prediction.notes``)."""
+        self.notes.setdefault(text, None)
 
     # ---- where the program is
 
@@ -458,6 +466,9 @@ class _Redirect(TorchFunctionMode):
         special = _SPECIAL.get(func)
         if special is not None:
             return special(s, func, args, kwargs)
+        unmodelled = _UNMODELLED.get(getattr(func, "__name__", None))
+        if unmodelled is not None and s.any_device(args, kwargs):
+            s.note(unmodelled)
         device = kwargs.get("device")
         if device is not None and _is_cuda(device):
             kwargs["device"] = "meta"
@@ -562,6 +573,14 @@ def _called_from_grad_scaler() -> bool:
         f = f.f_back
     return False
 
+
+_UNMODELLED = {
+    **dict.fromkeys(("lstm", "gru", "rnn_tanh", "rnn_relu"),
+                    "recurrent layers: cuDNN's packed weights, workspace and reserve space are not modelled "
+                    "(the cell-by-cell composite is predicted instead)"),
+    "conv_transpose2d": "transposed convolutions: cuDNN's workspace is not modelled",
+}
+"""Torch functions whose CUDA memory the prediction does not model, by name → the note it adds."""
 
 _SPECIAL: dict[Any, Callable[[Session, Any, tuple, dict], Any]] = {
     torch.Tensor.cuda: _tensor_cuda,

@@ -128,7 +128,9 @@ def _conv_geometry(inp: torch.Tensor, weight: torch.Tensor, stride: Any, transpo
 
 def _conv_forward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
     geom = _conv_geometry(args[0], args[1], args[3], args[6], args[8])
-    if geom is not None:
+    if geom is None:
+        s.note("grouped, depthwise, transposed or non-2-D convolutions: no cuDNN workspace is modelled")
+    else:
         c_in, c_out, kernel, stride, es, i_bytes, w_bytes = geom
         _temporary(s, conv_workspace_bytes("forward", c_in, c_out, kernel, stride, es, i_bytes, out.numel() * es,
                                            w_bytes, out.numel() // c_out), "cudnn_convolution")
