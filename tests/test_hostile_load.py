@@ -13,6 +13,7 @@ import io
 import json
 import os
 import pickle
+import re
 import resource
 import subprocess
 import sys
@@ -114,22 +115,28 @@ def test_real_snapshot_loads_within_the_bound():
     assert growth <= 35 * path.stat().st_size
 
 
-def test_a_pipe_that_never_ends_is_refused():
+@pytest.mark.parametrize(("head", "body", "match"), [(b"", b"\x00", "not a pickle opcode"),
+                                                     (b"\x80\x04", b"}", "refusing a pickle that would build")])
+def test_a_pipe_that_never_ends_is_refused_early(head, body, match):
     read_fd, write_fd = os.pipe()
 
     def feed() -> None:
         try:
             with os.fdopen(write_fd, "wb") as w:
+                w.write(head)
                 while True:
-                    w.write(b"\x00" * 65536)
+                    w.write(body * 65536)
         except OSError:  # the reader closed the pipe
             pass
 
     thread = threading.Thread(target=feed, daemon=True)
     thread.start()
-    with os.fdopen(read_fd, "rb") as r, pytest.raises(SnapshotError, match="not a pickle opcode"):
+    with os.fdopen(read_fd, "rb") as r, pytest.raises(SnapshotError, match=match) as info:
         load_snapshot(r)
     thread.join(5)
+    if body == b"}":  # refused after its first megabytes, not read to MAX_STREAM_BYTES
+        read = re.search(r"from ([\d,]+) bytes", str(info.value))
+        assert read is not None and int(read.group(1).replace(",", "")) < 8 << 20
 
 
 # -- shared references, cycles, depth -------------------------------------------------------------------

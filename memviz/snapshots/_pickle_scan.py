@@ -271,17 +271,30 @@ class PickleScan:
         return self._fail(f"refusing {what} at byte {at}: a memory snapshot holds only plain data (dict, list, "
                           "tuple, str, int, float, bool, None)")
 
+    def _estimate(self) -> int:
+        return self.alloc + _SLOT * (self.max_height + self.max_marks + self.memo) + self.max_frame
+
+    def _over_budget(self, estimate: int, end: int) -> SnapshotError:
+        return self._fail(
+            f"refusing a pickle that would build about {estimate:,} bytes of objects from {end:,} bytes "
+            f"({estimate / max(end, 1):.0f} per byte; a snapshot takes at most {BUILD_BYTES_PER_BYTE}): it "
+            "is not a memory snapshot")
+
+    def check_so_far(self) -> None:
+        """Refuse, while the bytes still arrive, a pickle whose first part is already far over the bound
+        (by 64 MiB: a snapshot's parts all estimate well under it), so an endless stream of empty dicts
+        is not read to :data:`~memviz.snapshots.load.MAX_STREAM_BYTES`."""
+        estimate = self._estimate()
+        if estimate > BUILD_BYTES_PER_BYTE * self.pos + (64 << 20):
+            raise self._over_budget(estimate, self.pos)
+
     def finish(self, data: bytes | bytearray) -> ScanResult:
         """The scan of the whole of ``data``: refuses a truncated pickle or one over the memory bound."""
         self.feed(data)
         if self.stop is None and self.stack_global_at is None:
             raise self._fail(f"truncated pickle (ran out of input at byte {self.pos} of {len(data)})")
         end = self.stop if self.stop is not None else self.pos
-        estimate = self.alloc + _SLOT * (self.max_height + self.max_marks + self.memo) + self.max_frame
-        budget = BUILD_BYTES_PER_BYTE * max(end, 4096)
-        if estimate > budget:
-            raise self._fail(
-                f"refusing a pickle that would build about {estimate:,} bytes of objects from {end:,} bytes "
-                f"({estimate / max(end, 1):.0f} per byte; a snapshot takes at most {BUILD_BYTES_PER_BYTE}): it "
-                "is not a memory snapshot")
+        estimate = self._estimate()
+        if estimate > BUILD_BYTES_PER_BYTE * max(end, 4096):
+            raise self._over_budget(estimate, end)
         return ScanResult(end, estimate, self.stack_global_at)

@@ -184,7 +184,10 @@ def _read(f: IO[bytes], name: str, limit: int) -> bytes:
             raise SnapshotError(f"{name}: read() returned {type(chunk).__name__}, not bytes; pass a binary file")
         if not chunk:
             break
-        buf += chunk
+        try:
+            buf += chunk
+        except MemoryError:
+            raise SnapshotError(f"{name}: not enough memory to read more than {len(buf):,} bytes") from None
         if len(buf) > limit:
             raise SnapshotError(f"{name}: more than {limit:,} bytes; a source whose size is not known is read to at "
                                 f"most {MAX_STREAM_BYTES:,} bytes (save the snapshot to a file to load a bigger one)")
@@ -193,11 +196,15 @@ def _read(f: IO[bytes], name: str, limit: int) -> bytes:
             sniffed = True
         if scan.feed(buf):
             break
+        scan.check_so_far()
     if not buf:
         raise SnapshotError(f"{name}: empty file, expected a snapshot pickle")
     if not sniffed:
         _sniff(bytes(buf[:16]), name)
-    data = bytes(buf)
+    try:
+        data = bytes(buf)
+    except MemoryError:
+        raise SnapshotError(f"{name}: not enough memory to hold the file's {len(buf):,} bytes twice") from None
     del buf
     return _scan_and_build(data, scan, name)
 
