@@ -83,7 +83,9 @@ def __getattr__(name: str) -> _Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(_import_module(module), name)
+    imported = _import_module(module)
+    # memviz.predict is both the package and the function (the package is callable): keep the package
+    value = imported if imported.__name__ == f"{__name__}.{name}" else getattr(imported, name)
     globals()[name] = value
     return value
 
