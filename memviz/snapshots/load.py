@@ -166,8 +166,8 @@ def loads_snapshot(data: bytes | bytearray | memoryview, *, name: str = "<bytes>
     return validate_snapshot(_scan_and_build(data, PickleScan(name, len(data)), name), name=name)
 
 
-def _read(f: IO[bytes], name: str, limit: int) -> bytes:
-    """Read ``f`` in chunks, scanning as it comes, to at most ``limit`` bytes; return the bytes read."""
+def _read(f: IO[bytes], name: str, limit: int) -> Any:
+    """Read ``f`` in chunks, scanning as it comes, to at most ``limit`` bytes; return what the pickle builds."""
     scan = PickleScan(name, limit)
     buf = bytearray()
     sniffed = False
@@ -528,7 +528,7 @@ def validate_snapshot(obj: Any, *, name: str = "<snapshot>") -> dict[str, Any]:
         settings = obj.get("allocator_settings", {})
         if not isinstance(settings, Mapping):
             raise SnapshotError(f"'allocator_settings' must be a dict, got {type(settings).__name__}")
-        _check_plain(obj, name)
+        _check_plain(obj if isinstance(obj, dict) else dict(obj), name)
     except SnapshotError as exc:
         raise SnapshotError(f"{name}: {exc}" if not str(exc).startswith(f"{name}: ") else str(exc)) from None
     del once
