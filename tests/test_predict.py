@@ -180,3 +180,21 @@ def test_what_is_not_modelled_is_said() -> None:
     assert memviz.predict(programs.mlp_training, device="H200", batch=8, steps=1).notes == []
     assert any("extrapolated" in note for note in memviz.predict(programs.mlp_training, device="T4", batch=8,
                                                                   steps=1).notes)
+
+
+def test_snapshot_at_an_event_is_the_prediction_replayed_to_there() -> None:
+    def prog() -> None:
+        a = torch.empty(30 << 20, dtype=torch.uint8, device="cuda")
+        b = torch.empty(3 << 20, dtype=torch.uint8, device="cuda")
+        del a
+        torch.cuda.empty_cache()
+        assert torch.cuda.memory_reserved() == 20 << 20  # b's 20 MiB segment: the simulator answers
+        del b
+
+    p = memviz.predict(prog, device="T4")
+    assert [e.action for e in p.events] == ["alloc", "alloc", "free", "empty_cache", "free"]
+    assert sum(s["total_size"] for s in p.snapshot(at=1)["segments"]) == (30 << 20) + (20 << 20)
+    assert sum(s["total_size"] for s in p.snapshot(at=3)["segments"]) == 20 << 20
+    assert p.snapshot(at=4)["segments"] == p.snapshot()["segments"]
+    with pytest.raises(IndexError):
+        p.snapshot(at=5)

@@ -103,7 +103,7 @@ def _replacements(session: Any) -> dict[str, Any]:
         "Event": _Stream,
         "current_stream": lambda device=None: _Stream(),
         "default_stream": lambda device=None: _Stream(),
-        "empty_cache": alloc.empty_cache,
+        "empty_cache": session.empty_cache,
         "memory_allocated": lambda device=None: alloc.memory_allocated(),
         "memory_reserved": lambda device=None: alloc.memory_reserved(),
         "max_memory_allocated": lambda device=None: alloc.max_memory_allocated(),

@@ -66,6 +66,7 @@ class Prediction:
     def __init__(self, session: Session, cap_bytes: int | None, alloc_conf: str, trace_seconds: float) -> None:
         a = session.allocator
         self._allocator = a
+        self._new_allocator = session.new_allocator
         self.device = session.device
         self.arch = session.arch
         self.cap_bytes = cap_bytes
@@ -82,7 +83,7 @@ class Prediction:
         for e in self.events:  # one category per allocation, its free included
             if e.action == "alloc":
                 e.category = _category(e)
-            else:
+            elif e.action == "free":
                 e.category = self.events[e.alloc_index].category
 
     # ---- views
@@ -96,7 +97,7 @@ class Prediction:
         live = dict.fromkeys(CATEGORIES, 0)
         out = []
         for e in self.events:
-            live[e.category] += e.nbytes if e.action == "alloc" else -e.nbytes
+            live[e.category] += e.nbytes if e.action == "alloc" else -e.nbytes  # empty_cache: 0 bytes
             out.append(dict(live))
         return out
 
@@ -117,10 +118,29 @@ class Prediction:
             live[e.category] += e.nbytes if e.action == "alloc" else -e.nbytes
         return live
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, at: int | None = None) -> dict[str, Any]:
         """The simulated allocator's state in ``torch.cuda.memory._snapshot()`` form (segments and the
-        device trace): open it with memviz's SnapshotViewer, ``what_if``, or ``torch.cuda._memory_viz``."""
-        return self._allocator.snapshot()
+        device trace) at the end, or after event ``at`` (the events replayed through a fresh allocator
+        with the same capacity, cap and config: the simulator is deterministic, so the segments are the
+        prediction's). Open it with memviz's SnapshotViewer, ``what_if``, or ``torch.cuda._memory_viz``.
+
+        Raises:
+            IndexError: ``at`` is not an event index.
+        """
+        if at is None:
+            return self._allocator.snapshot()
+        if not -len(self.events) <= at < len(self.events):
+            raise IndexError(f"event index {at} out of range: the prediction has {len(self.events)} events")
+        a = self._new_allocator()
+        ptrs: dict[int, int] = {}
+        for i, e in enumerate(self.events[:at % len(self.events) + 1]):
+            if e.action == "alloc":
+                ptrs[i] = a.malloc(e.nbytes)
+            elif e.action == "free":
+                a.free(ptrs.pop(e.alloc_index))
+            else:
+                a.empty_cache()
+        return a.snapshot()
 
     def summary(self) -> str:
         """A few lines: device, fits or the OOM, the peaks, the breakdown at the peak."""

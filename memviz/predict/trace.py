@@ -78,7 +78,8 @@ _RANDOM_FILL = {torch.ops.aten.uniform_.default, torch.ops.aten.normal_.default,
 
 
 class Event:
-    """One allocator call of the prediction: an ``alloc`` or a ``free`` of ``nbytes`` (the request).
+    """One allocator call of the prediction: an ``alloc`` or a ``free`` of ``nbytes`` (the request), or the
+    program's ``empty_cache`` (0 bytes).
 
     ``alloc_index`` is, for a free, the index of its alloc; ``category`` is the alloc's (set when known:
     parameters, gradients, optimizer state, activations, temporaries, workspaces); ``allocated_bytes`` /
@@ -130,8 +131,8 @@ class Session:
         self.arch = arch
         total = device.total_memory_bytes
         context = min(arch.context_bytes, total // 4)
-        self.allocator = CachingAllocator(total, fraction_for_cap(cap_bytes, total), alloc_conf or "",
-                                          context_bytes=context, device_name="GPU 0")
+        self.allocator_args = (total, fraction_for_cap(cap_bytes, total), alloc_conf or "", context)
+        self.allocator = self.new_allocator()
         self.events: list[Event] = []
         self.live: dict[int, list] = {}  # storage id -> [ptr, nbytes, alloc event index]
         self._refs: dict[int, tuple[weakref.ref, int]] = {}
@@ -150,6 +151,18 @@ class Session:
         self.closed = False
         self.on_progress = on_progress
         self.emulation = CudaEmulation(self.is_device, self._choose_sdpa, self.forget)
+
+    def new_allocator(self) -> CachingAllocator:
+        """A fresh allocator like this session's (capacity, cap, config, context)."""
+        total, fraction, conf, context = self.allocator_args
+        return CachingAllocator(total, fraction, conf, context_bytes=context, device_name="GPU 0")
+
+    def empty_cache(self) -> None:
+        """``torch.cuda.empty_cache()`` in the program: recorded, so that a replay of the events agrees."""
+        self.allocator.empty_cache()
+        self.events.append(Event("empty_cache", 0, 0, len(self.events), "empty_cache", self.where(),
+                                 self.user_line(), self.phase, "temporaries", self.allocator.memory_allocated(),
+                                 self.allocator.memory_reserved()))
 
     # ---- what is on the device
 
