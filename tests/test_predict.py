@@ -33,6 +33,8 @@ def test_breakdown_timeline_phases_and_snapshot() -> None:
 
 
 def test_nothing_global_is_left_changed() -> None:
+    import torch.optim.optimizer as optimizer
+
     rng = torch.get_rng_state()
     def state() -> tuple:
         return (torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"), torch.cuda.is_available,
@@ -40,7 +42,7 @@ def test_nothing_global_is_left_changed() -> None:
                 torch.clear_autocast_cache, torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack(),
                 sorted(torch._C._dispatch_get_registrations_for_dispatch_key("AutocastIPU")),
                 torch._C._dispatch_tls_is_dispatch_key_excluded(torch._C.DispatchKey.AutocastIPU),
-                torch.optim.optimizer._get_foreach_kernels_supported_devices())
+                optimizer._get_foreach_kernels_supported_devices())
 
     before = state()
 
