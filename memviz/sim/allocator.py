@@ -5,15 +5,17 @@ by side: ``malloc`` → ``round_size``, ``get_pool``, ``get_allocation_size``, `
 ``alloc_block``, ``release_available_cached_blocks``, ``release_cached_blocks``, ``should_split``,
 ``alloc_found_block``; ``free`` → ``free_block`` → ``try_merge_blocks``; ``empty_cache`` →
 ``release_cached_blocks`` → ``release_blocks`` → ``release_block``. One device, one stream. The size
-rules live once, in :mod:`memviz.sim.rules`; every counter changes through :mod:`memviz.sim.stats`.
+rules live once, in :mod:`memviz.sim.rules`; the counters change as :mod:`memviz.sim.stats`'s
+``increase_stat`` / ``decrease_stat`` say, called or (in the hot paths) inlined.
 
 Speed comes from the data layout (see :mod:`memviz.sim.stats` and :mod:`memviz.sim.blocks`): the
 counters are flat int lists with ``freed`` and the aggregate's totals derived, a pool is a sorted
 list of int keys, the trace is a list of tuples turned into dicts only by ``snapshot()``. The hot
-paths alias attributes to locals and inline a few calls, each marked where it happens with what it
-gains: ``rules.round_size`` / ``is_small`` / ``should_split`` in ``malloc``, ``BlockPool.insert_into_blocks``
-/ ``erase`` and ``try_merge_blocks`` in ``alloc_found_block`` and ``free_block``; everything else calls
-them. ``benchmarks/bench_sim.py`` measures it.
+paths alias attributes to locals and inline a few calls, each marked where it happens, with the measured
+gain (in ``malloc`` and ``free_block``): ``rules.round_size`` / ``is_small`` / ``should_split`` in
+``malloc``; ``increase_stat`` / ``decrease_stat``, ``BlockPool.insert_into_blocks`` / ``erase`` and
+``try_merge_blocks`` in ``alloc_found_block``, ``free`` and ``free_block``; everything else calls them.
+``benchmarks/bench_sim.py`` measures it.
 """
 
 from __future__ import annotations
@@ -43,18 +45,27 @@ from .snapshot import build_segments, build_snapshot
 from .stats import (
     ALLOCATED_BYTES,
     ALLOCATED_BYTES_PEAK,
+    ALLOCATED_BYTES_TOTAL,
+    ALLOCATION,
+    ALLOCATION_PEAK,
+    ALLOCATION_TOTAL,
+    INACTIVE_SPLIT,
     INACTIVE_SPLIT_BYTES,
+    INACTIVE_SPLIT_BYTES_PEAK,
+    INACTIVE_SPLIT_BYTES_TOTAL,
+    INACTIVE_SPLIT_PEAK,
+    INACTIVE_SPLIT_TOTAL,
     LARGE_POOL,
     OVERSIZE_ALLOCATIONS,
     OVERSIZE_SEGMENTS,
+    REQUESTED_BYTES,
+    REQUESTED_BYTES_PEAK,
+    REQUESTED_BYTES_TOTAL,
     RESERVED_BYTES,
     RESERVED_BYTES_PEAK,
     SEGMENT,
     SMALL_POOL,
     DeviceStats,
-    change_inactive_split,
-    count_allocation,
-    count_free,
     decrease_stat,
     increase_single,
     increase_stat,
@@ -447,11 +458,32 @@ class CachingAllocator:
             remaining.gc_count_base = pool.get_free_blocks_call_count
             if not segment.expandable:
                 if already_split:
-                    decrease_stat(stats, st, INACTIVE_SPLIT_BYTES, size)  # an inactive split block shrank
+                    # an already-split inactive block shrank by size bytes (decrease_stat, inlined: see free_block)
+                    stats.pool[st][INACTIVE_SPLIT_BYTES] -= size
                 else:
-                    change_inactive_split(stats, st, 1, rsize)  # a new inactive split block of rsize bytes
+                    # a new split inactive block of rsize bytes (increase_stat, inlined: see free_block)
+                    s, other = stats.pools[st]
+                    c = s[INACTIVE_SPLIT_BYTES] + rsize
+                    s[INACTIVE_SPLIT_BYTES] = c
+                    if c > s[INACTIVE_SPLIT_BYTES_PEAK]:
+                        s[INACTIVE_SPLIT_BYTES_PEAK] = c
+                    s[INACTIVE_SPLIT_BYTES_TOTAL] += rsize
+                    c += other[INACTIVE_SPLIT_BYTES]
+                    if c > stats.agg[INACTIVE_SPLIT_BYTES_PEAK]:
+                        stats.agg[INACTIVE_SPLIT_BYTES_PEAK] = c
+                    c = s[INACTIVE_SPLIT] + 1
+                    s[INACTIVE_SPLIT] = c
+                    if c > s[INACTIVE_SPLIT_PEAK]:
+                        s[INACTIVE_SPLIT_PEAK] = c
+                    s[INACTIVE_SPLIT_TOTAL] += 1
+                    c += other[INACTIVE_SPLIT]
+                    if c > stats.agg[INACTIVE_SPLIT_PEAK]:
+                        stats.agg[INACTIVE_SPLIT_PEAK] = c
         elif not segment.expandable and (block.prev is not None or block.next is not None):
-            change_inactive_split(stats, st, -1, -block.size)  # an inactive split block becomes active
+            # an already-split free block becomes active (decrease_stat, inlined: see free_block)
+            s = stats.pool[st]
+            s[INACTIVE_SPLIT_BYTES] -= block.size
+            s[INACTIVE_SPLIT] -= 1
         block.allocated = True
         block.requested_size = orig_size
         ptr = block.ptr
@@ -460,9 +492,37 @@ class CachingAllocator:
         if trace_extend is not None:
             trace_extend(("alloc", ptr, orig_size))
         bsize = block.size
-        count_allocation(stats, st, bsize, orig_size)  # allocation, allocated_bytes, requested_bytes (and active)
+        # increase_stat(stats, st, family, n), inlined (gain: see free_block) for allocation (== active),
+        # allocated_bytes (== active_bytes) and requested_bytes: the pool's current, peak and total, then
+        # the aggregate's peak (its current is this pool's plus the other pool's)
+        s, other = stats.pools[st]
+        a = stats.agg
+        c = s[ALLOCATION] + 1
+        s[ALLOCATION] = c
+        if c > s[ALLOCATION_PEAK]:
+            s[ALLOCATION_PEAK] = c
+        s[ALLOCATION_TOTAL] += 1
+        c += other[ALLOCATION]
+        if c > a[ALLOCATION_PEAK]:
+            a[ALLOCATION_PEAK] = c
+        c = s[ALLOCATED_BYTES] + bsize
+        s[ALLOCATED_BYTES] = c
+        if c > s[ALLOCATED_BYTES_PEAK]:
+            s[ALLOCATED_BYTES_PEAK] = c
+        s[ALLOCATED_BYTES_TOTAL] += bsize
+        c += other[ALLOCATED_BYTES]
+        if c > a[ALLOCATED_BYTES_PEAK]:
+            a[ALLOCATED_BYTES_PEAK] = c
+        c = s[REQUESTED_BYTES] + orig_size
+        s[REQUESTED_BYTES] = c
+        if c > s[REQUESTED_BYTES_PEAK]:
+            s[REQUESTED_BYTES_PEAK] = c
+        s[REQUESTED_BYTES_TOTAL] += orig_size
+        c += other[REQUESTED_BYTES]
+        if c > a[REQUESTED_BYTES_PEAK]:
+            a[REQUESTED_BYTES_PEAK] = c
         if bsize >= self._max_split_size:
-            increase_single(stats.agg, OVERSIZE_ALLOCATIONS, 1)
+            increase_single(a, OVERSIZE_ALLOCATIONS, 1)
         return ptr
 
     # ------------------------------------------------------------------ free
@@ -490,10 +550,13 @@ class CachingAllocator:
                                    "(allocator state unchanged)")
         block.allocated = False
         stats = self.stats
+        s = stats.pool[block.segment.pool.stat_type]
         bsize = block.size
-        count_free(stats, block.segment.pool.stat_type, bsize, block.requested_size)
+        # decrease_stat, inlined (gain: see free_block): allocation and allocated_bytes (active follows them)
+        s[ALLOCATION] -= 1
+        s[ALLOCATED_BYTES] -= bsize
         if bsize >= self._max_split_size:
-            stats.agg[OVERSIZE_ALLOCATIONS] -= 1  # decrease_stat of a single stat
+            stats.agg[OVERSIZE_ALLOCATIONS] -= 1
         self.free_block(block)
 
     def _owns(self, ptr: int) -> bool:
@@ -514,10 +577,14 @@ class CachingAllocator:
         by_key = pool.by_key
         bsize = block.size
         # try_merge_blocks(block, neighbour, pool) for each free mapped neighbour, inlined (the freed
-        # block is mapped, so the neighbour leaves the pool's keys): block absorbs it. Measured with
-        # benchmarks/bench_sim.py (median of medians, CPU time, same machine, same load): the merges and
-        # pool inserts here and in alloc_found_block written as calls cost 3.2-3.6 us/op against 2.5-2.7
-        # inlined; the stat updates as calls to memviz.sim.stats cost nothing measurable, so they are calls.
+        # block is mapped, so the neighbour leaves the pool's keys): block absorbs it.
+        # What the inlined copies here, in free and in alloc_found_block gain, measured with
+        # benchmarks/bench_sim.py (CPU time, same machine and load, base and variant alternating):
+        # - merges and pool inserts as calls (try_merge_blocks, insert_into_blocks, with the stats through
+        #   increase_stat): median of medians 3.2-3.6 us/op against 2.5-2.7 inlined;
+        # - only the stat updates as calls (one memviz.sim.stats function each for a malloc's, a free's and a
+        #   merge's counters): max_split_64 random-2, min of 30 replays, 2.53-2.67 us/op against 2.29-2.49.
+        # The golden and property tests (every stat after every op) hold these copies equal to the rules.
         prev = block.prev
         if prev is not None and not prev.allocated and prev.mapped:
             psize = prev.size
@@ -548,11 +615,32 @@ class CachingAllocator:
         insort(keys, key)
         by_key[key] = block
         block.gc_count_base = pool.get_free_blocks_call_count
+        stats = self.stats
+        s, other = stats.pools[pool.stat_type]
         if not segment.expandable:
             if block.prev is not None or block.next is not None:
                 net_n += 1
                 net_b += bsize
-            change_inactive_split(self.stats, pool.stat_type, net_n, net_b)
+            # increase_stat for a net gain, decrease_stat for a net loss (current += net), inlined (see above)
+            c = s[INACTIVE_SPLIT] + net_n
+            s[INACTIVE_SPLIT] = c
+            if net_n > 0:
+                if c > s[INACTIVE_SPLIT_PEAK]:
+                    s[INACTIVE_SPLIT_PEAK] = c
+                s[INACTIVE_SPLIT_TOTAL] += net_n
+                c += other[INACTIVE_SPLIT]
+                if c > stats.agg[INACTIVE_SPLIT_PEAK]:
+                    stats.agg[INACTIVE_SPLIT_PEAK] = c
+            c = s[INACTIVE_SPLIT_BYTES] + net_b
+            s[INACTIVE_SPLIT_BYTES] = c
+            if net_b > 0:
+                if c > s[INACTIVE_SPLIT_BYTES_PEAK]:
+                    s[INACTIVE_SPLIT_BYTES_PEAK] = c
+                s[INACTIVE_SPLIT_BYTES_TOTAL] += net_b
+                c += other[INACTIVE_SPLIT_BYTES]
+                if c > stats.agg[INACTIVE_SPLIT_BYTES_PEAK]:
+                    stats.agg[INACTIVE_SPLIT_BYTES_PEAK] = c
+        s[REQUESTED_BYTES] -= block.requested_size  # decrease_stat, inlined
 
     def try_merge_blocks(self, dst: Block, src: Block | None, pool: BlockPool) -> int:
         """Merge free ``src`` into its neighbour ``dst``; return the bytes subsumed, 0 if none.

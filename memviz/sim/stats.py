@@ -21,11 +21,9 @@ its ``*_PEAK`` and its ``*_TOTAL`` (torch's ``allocated``). Two fields are impli
   peak is stored: :attr:`DeviceStats.agg` holds it at the family's ``*_PEAK`` slot (the current and
   total slots stay 0), then the two ``oversize_*`` stats, which are single stats (all stored).
 
-``increase_stat`` / ``decrease_stat`` below update a family in one pool and the aggregate, and every
-counter changes through a function of this module: the allocator's hot paths call the three that do a
-malloc's, a free's and a merge's updates at once (``count_allocation``, ``count_free``,
-``change_inactive_split``), written out for speed. ``memory_stats()`` builds the 122-key dict from these
-lists only when asked.
+``increase_stat`` / ``decrease_stat`` below update a family in one pool and the aggregate; the
+allocator's hot paths (``alloc_found_block``, ``free``, ``free_block``) do the same arithmetic
+inline. ``memory_stats()`` builds the 122-key dict from these lists only when asked.
 
 Key grammar of ``memory_stats()`` (torch/cuda/memory.py):
 ``"{family}.{all,large_pool,small_pool}.{allocated,current,freed,peak}"`` for the StatArray families
@@ -50,9 +48,6 @@ __all__ = [
     "SEGMENT",
     "SMALL_POOL",
     "DeviceStats",
-    "change_inactive_split",
-    "count_allocation",
-    "count_free",
     "decrease_stat",
     "increase_stat",
 ]
@@ -114,75 +109,6 @@ def decrease_stat(stats: DeviceStats, stat_type: int, family: int, amount: int) 
     """Subtract ``amount`` from ``family`` in pool ``stat_type`` and so in the aggregate: current
     drops, freed grows (implied), peak stays."""
     stats.pool[stat_type][family] -= amount
-
-
-def count_allocation(stats: DeviceStats, stat_type: int, block_bytes: int, requested_bytes: int) -> None:
-    """``increase_stat`` of allocation (by 1), allocated_bytes and requested_bytes in pool ``stat_type`` and so
-    in the aggregate, for one malloc (``active`` / ``active_bytes`` follow allocation / allocated_bytes).
-
-    The three updates are written out: as a loop over the families they measured 0.05-0.1 us/op slower
-    (benchmarks/bench_sim.py, synthetic, min of 5 CPU-time runs), and this runs on every malloc.
-    """
-    s, other = stats.pools[stat_type]
-    agg = stats.agg
-    c = s[ALLOCATION] + 1
-    s[ALLOCATION] = c
-    if c > s[ALLOCATION_PEAK]:
-        s[ALLOCATION_PEAK] = c
-    s[ALLOCATION_TOTAL] += 1
-    c += other[ALLOCATION]
-    if c > agg[ALLOCATION_PEAK]:
-        agg[ALLOCATION_PEAK] = c
-    c = s[ALLOCATED_BYTES] + block_bytes
-    s[ALLOCATED_BYTES] = c
-    if c > s[ALLOCATED_BYTES_PEAK]:
-        s[ALLOCATED_BYTES_PEAK] = c
-    s[ALLOCATED_BYTES_TOTAL] += block_bytes
-    c += other[ALLOCATED_BYTES]
-    if c > agg[ALLOCATED_BYTES_PEAK]:
-        agg[ALLOCATED_BYTES_PEAK] = c
-    c = s[REQUESTED_BYTES] + requested_bytes
-    s[REQUESTED_BYTES] = c
-    if c > s[REQUESTED_BYTES_PEAK]:
-        s[REQUESTED_BYTES_PEAK] = c
-    s[REQUESTED_BYTES_TOTAL] += requested_bytes
-    c += other[REQUESTED_BYTES]
-    if c > agg[REQUESTED_BYTES_PEAK]:
-        agg[REQUESTED_BYTES_PEAK] = c
-
-
-def count_free(stats: DeviceStats, stat_type: int, block_bytes: int, requested_bytes: int) -> None:
-    """``decrease_stat`` of allocation (by 1), allocated_bytes and requested_bytes in pool ``stat_type``, for
-    one free."""
-    s = stats.pool[stat_type]
-    s[ALLOCATION] -= 1
-    s[ALLOCATED_BYTES] -= block_bytes
-    s[REQUESTED_BYTES] -= requested_bytes
-
-
-def change_inactive_split(stats: DeviceStats, stat_type: int, blocks: int, nbytes: int) -> None:
-    """Move inactive_split by ``blocks`` and inactive_split_bytes by ``nbytes`` in pool ``stat_type``:
-    ``increase_stat`` for a gain, ``decrease_stat`` for a loss (either may be 0)."""
-    s, other = stats.pools[stat_type]
-    agg = stats.agg
-    c = s[INACTIVE_SPLIT] + blocks
-    s[INACTIVE_SPLIT] = c
-    if blocks > 0:
-        if c > s[INACTIVE_SPLIT_PEAK]:
-            s[INACTIVE_SPLIT_PEAK] = c
-        s[INACTIVE_SPLIT_TOTAL] += blocks
-        c += other[INACTIVE_SPLIT]
-        if c > agg[INACTIVE_SPLIT_PEAK]:
-            agg[INACTIVE_SPLIT_PEAK] = c
-    c = s[INACTIVE_SPLIT_BYTES] + nbytes
-    s[INACTIVE_SPLIT_BYTES] = c
-    if nbytes > 0:
-        if c > s[INACTIVE_SPLIT_BYTES_PEAK]:
-            s[INACTIVE_SPLIT_BYTES_PEAK] = c
-        s[INACTIVE_SPLIT_BYTES_TOTAL] += nbytes
-        c += other[INACTIVE_SPLIT_BYTES]
-        if c > agg[INACTIVE_SPLIT_BYTES_PEAK]:
-            agg[INACTIVE_SPLIT_BYTES_PEAK] = c
 
 
 def increase_single(counters: list[int], slot: int, amount: int) -> None:
