@@ -184,3 +184,16 @@ def test_snapshot_at_an_event_is_the_prediction_replayed_to_there() -> None:
     assert p.snapshot(at=4)["segments"] == p.snapshot()["segments"]
     with pytest.raises(IndexError):
         p.snapshot(at=5)
+
+
+def test_default_device_cuda_and_torch_compile() -> None:
+    def prog() -> None:
+        torch.set_default_device("cuda")
+        lin = torch.compile(torch.nn.Linear(1024, 1024, bias=False))
+        assert torch.get_default_device() == torch.device("cuda", 0)
+        lin(torch.randn(8, 1024)).sum().backward()
+
+    p = memviz.predict(prog, device="H200")
+    assert p.breakdown(len(p.events) - 1)["gradients"] == 1024 * 1024 * 4
+    assert any("torch.compile" in note for note in p.notes)
+    assert torch.get_default_device() == torch.device("cpu")

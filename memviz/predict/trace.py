@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._device import _device_constructors
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from memviz.errors import OutOfMemoryError
@@ -137,6 +138,7 @@ class Session:
         self.live: dict[int, list] = {}  # storage id -> [ptr, nbytes, alloc event index]
         self._refs: dict[int, tuple[weakref.ref, int]] = {}
         self.gpu_depth = 0
+        self.default_cuda = False  # the program called torch.set_default_device("cuda")
         self.phase = "setup"
         self.phase_marks: list[tuple[int, str]] = [(0, "setup")]
         self.module_stack: list[str] = []
@@ -364,6 +366,24 @@ def _patch_torch(session: Session) -> list[tuple[Any, str, Any]]:
         original_clear()
 
     put(torch, "clear_autocast_cache", clear_autocast_cache)
+    original_set_default, original_get_default = torch.set_default_device, torch.get_default_device
+
+    def set_default_device(device: Any) -> None:  # "cuda" as the default: factories land on the device
+        session.default_cuda = device is not None and _is_cuda(device)
+        if not session.default_cuda:
+            original_set_default(device)
+
+    def get_default_device() -> torch.device:
+        return torch.device("cuda", 0) if session.default_cuda else original_get_default()
+
+    put(torch, "set_default_device", set_default_device)
+    put(torch, "get_default_device", get_default_device)
+
+    def compile_eagerly(model: Any = None, **kwargs: Any) -> Any:
+        session.note("torch.compile: predicted as eager PyTorch (compiled kernels fuse, and may hold less)")
+        return model if model is not None else (lambda fn: fn)
+
+    put(torch, "compile", compile_eagerly)
     return saved
 
 
@@ -483,6 +503,8 @@ class _Redirect(TorchFunctionMode):
         if unmodelled is not None and s.any_device(args, kwargs):
             s.note(unmodelled)
         device = kwargs.get("device")
+        if device is None and s.default_cuda and func in _FACTORIES:
+            device = "cuda"
         if device is not None and _is_cuda(device):
             kwargs["device"] = "meta"
             with s.on_device():
@@ -586,6 +608,9 @@ def _called_from_grad_scaler() -> bool:
         f = f.f_back
     return False
 
+
+_FACTORIES = frozenset(_device_constructors())
+"""The functions ``torch.set_default_device`` applies to (``torch.utils._device``)."""
 
 _UNMODELLED = {
     **dict.fromkeys(("lstm", "gru", "rnn_tanh", "rnn_relu"),
