@@ -81,9 +81,9 @@ def replay(ops: Iterable[Op], allocator: CachingAllocator,
         ops: the workload, as :class:`Op` tuples (any iterable; it is read once).
         allocator: a :class:`~memviz.sim.CachingAllocator`; its state before the replay is kept.
         on_step: called after every op as ``on_step(step, op, oom)``: ``oom`` is the
-            :class:`~memviz.sim.OutOfMemoryError` of a ``malloc`` or ``probe`` that ran out of memory, else
-            None (default: None). Read the allocator's state from there; an exception it raises stops
-            the replay.
+            :class:`~memviz.sim.OutOfMemoryError` of a ``malloc`` or ``probe`` that ran out of memory
+            (without its traceback, which would keep the replay's frame alive), else None (default:
+            None). Read the allocator's state from there; an exception it raises stops the replay.
 
     Raises:
         InputError: an op of an unknown kind (the ops before it have run).
@@ -103,7 +103,7 @@ def replay(ops: Iterable[Op], allocator: CachingAllocator,
             try:
                 address = malloc(size)
             except OutOfMemoryError as error:
-                oom, last_ok = error, False
+                oom, last_ok = error.with_traceback(None), False  # no traceback: it would pin this frame
                 oom_steps.append(step)
             else:
                 oom, last_ok = None, True
@@ -121,7 +121,7 @@ def replay(ops: Iterable[Op], allocator: CachingAllocator,
             try:
                 free(malloc(size))
             except OutOfMemoryError as error:
-                oom, last_ok = error, False
+                oom, last_ok = error.with_traceback(None), False  # no traceback: it would pin this frame
                 oom_steps.append(step)
             else:
                 oom, last_ok = None, True
