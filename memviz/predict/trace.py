@@ -141,7 +141,8 @@ class Session:
         self.default_cuda = False  # the program called torch.set_default_device("cuda")
         self.phase = "setup"
         self.phase_marks: list[tuple[int, str]] = [(0, "setup")]
-        self.module_stack: list[str] = []
+        self.module_stack: list[str] = []  # the modules whose forward is running, outermost first
+        self.module_stack_ids: list[int] = []
         self.module_names: dict[int, str] = {}
         self.modules: dict[int, torch.nn.Module] = {}
         self.workspaces: dict[tuple[str, str], int] = {}
@@ -434,8 +435,6 @@ def _install_hooks(session: Session) -> list[Any]:
 
     import torch.optim.optimizer as optimizer
     from torch.nn.modules import module as module_mod
-
-    session.module_stack_ids = []
 
     return [module_mod.register_module_forward_pre_hook(pre),
             module_mod.register_module_forward_hook(post, always_call=True),
