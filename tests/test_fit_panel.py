@@ -5,31 +5,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 from ipywidgets import fixed
 from torch import nn
 
 import memviz
 from memviz.predict import max_batch, predict
-from memviz.widgets._common import exact_bytes
+from memviz.predict.programs import mlp_training as train  # a user's script: (batch=256, steps=3, amp=False)
+from memviz.widgets._common import escape, exact_bytes
 from memviz.widgets.fit_controls import ProgramControls
 from memviz.widgets.fit_panel import FitPanel, fit_panel
 from memviz.widgets.fit_report import limit_bytes, phase_spans
-
-
-def train(batch: int = 32, width: int = 2048, amp: bool = False, steps: int = 2) -> None:
-    """A user's training script, as it would run on a GPU."""
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(512, width), nn.ReLU(), nn.Linear(width, 10)).cuda()
-    opt = torch.optim.AdamW(model.parameters())
-    x = torch.randn(batch, 512, device="cuda")
-    y = torch.randint(0, 10, (batch,), device="cuda")
-    for _ in range(steps):
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
-            loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
 
 
 def wide(batch: int = 48, steps: int = 1) -> None:
@@ -46,7 +31,7 @@ def picky(batch: int = 8) -> None:
     """Raises for batches it does not take: the panel must show the program's own error."""
     if batch > 100:
         raise ValueError(f"batch {batch} is more than this program takes")
-    train(batch=batch, steps=1)
+    wide(batch=batch)
 
 
 @pytest.fixture
@@ -57,7 +42,7 @@ def panel():
 
 
 def expected(device="T4", cap=None, alloc_conf="", **kwargs):
-    return predict(train, device=device, cap=cap, alloc_conf=alloc_conf, **{"batch": 32, **kwargs})
+    return predict(train, device=device, cap=cap, alloc_conf=alloc_conf, **kwargs)
 
 
 def assert_shows(panel: FitPanel, p) -> None:
@@ -108,30 +93,42 @@ def test_controls_refuse_what_the_program_does_not_take(defaults, message):
 def test_panel_shows_the_prediction_and_follows_every_control(panel):
     assert_shows(panel, expected())
     assert "fits" in panel.banner.value and panel.fix_button.layout.display == "none"
-    assert [name for name, *_ in panel.area.drawn["phases"]] == ["forward", "backward", "optimizer"] * 2
-    panel.args.widgets["batch"].value = 256
-    assert_shows(panel, expected(batch=256))
+    assert [name for name, *_ in panel.area.drawn["phases"]] == ["forward", "backward", "optimizer"] * 3
+    panel.args.widgets["batch"].value = 512
+    assert_shows(panel, expected(batch=512))
     panel.args.widgets["amp"].value = True
-    assert_shows(panel, expected(batch=256, amp=True))
+    assert_shows(panel, expected(batch=512, amp=True))
     panel.target.device.value = "H200"
-    assert_shows(panel, expected("H200", batch=256, amp=True))
+    assert_shows(panel, expected("H200", batch=512, amp=True))
     panel.target.config.value = "expandable_segments:True"
-    assert_shows(panel, expected("H200", alloc_conf="expandable_segments:True", batch=256, amp=True))
+    assert_shows(panel, expected("H200", alloc_conf="expandable_segments:True", batch=512, amp=True))
     panel.target.device.value = "custom size"
     assert "custom GPU size: type the GPU's memory" in panel.error_text  # the empty box, before the size
     panel.target.custom.value = "3 GiB"
-    assert_shows(panel, expected(3 << 30, alloc_conf="expandable_segments:True", batch=256, amp=True))
+    assert_shows(panel, expected(3 << 30, alloc_conf="expandable_segments:True", batch=512, amp=True))
     assert len(panel.refresh_seconds) == 6  # the first draw and one per change that predicted
     assert panel.gauges.title.startswith("Simulated GPU 3.00 GiB")
 
 
 def test_segment_map_is_the_cache_at_the_peak(panel):
     p = panel.prediction
-    bars = panel.map.bars
-    live = sum(bars["live"]["size"])
-    assert live >= p.peak_allocated_bytes or "end of the run" in panel.map_note.value
-    if "at the peak" in panel.map_note.value:
-        assert live == p.events[p.peak_event_index].allocated_bytes
+    assert f"after event {p.peak_event_index:,}" in panel.map_note.value
+    assert sum(panel.map.bars["live"]["size"]) == p.events[p.peak_event_index].allocated_bytes
+    segments = p.snapshot(at=p.peak_event_index)["segments"]
+    assert sum(sum(panel.map.bars[k]["size"]) for k in ("live", "stuck", "releasable")) == sum(
+        s["total_size"] for s in segments) == p.events[p.peak_event_index].reserved_bytes
+
+
+def test_notes_say_what_the_prediction_does_not_model():
+    def recurrent(batch: int = 4) -> None:
+        lstm = nn.LSTM(64, 64).cuda()
+        lstm(torch.randn(16, batch, 64, device="cuda"))[0].sum().backward()
+
+    panel = FitPanel(recurrent)
+    notes = panel.prediction.notes
+    assert notes and all(escape(note) in panel.banner.value for note in notes)
+    assert "memviz-fit-notes" in panel.banner.value
+    panel.close()
 
 
 def test_oom_banner_names_the_request_and_finds_what_fits():
@@ -223,7 +220,7 @@ def test_fit_panel_is_exported():
 @pytest.mark.cuda
 @pytest.mark.skipif(not memviz.cuda_available(), reason="needs a CUDA GPU")
 def test_run_for_real_on_this_gpu_beside_the_prediction():
-    panel = FitPanel(train, cap="2 GiB", batch=4096)
+    panel = FitPanel(train, cap="4 GiB", batch=1024)
     result = panel.run_real()
     predicted, measured = result["predicted"], result["measured"]
     assert measured.fits and predicted.fits

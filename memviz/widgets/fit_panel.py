@@ -44,6 +44,7 @@ from memviz.widgets.fit_report import (
     config_table_html,
     gauge_rows,
     gauge_title,
+    notes_html,
     phase_spans,
 )
 from memviz.widgets.gauges import GaugeWidget
@@ -187,7 +188,7 @@ class FitPanel:
 
     def _draw(self, p: Any) -> None:
         self.error_text = ""
-        self.banner.value = banner_html(p)
+        self.banner.value = banner_html(p) + notes_html(p.notes)
         self.fix_button.layout.display = "none" if p.fits else None
         self.fix_html.value = self.configs_html.value = self.batches_html.value = self.real_html.value = ""
         with self.gauges.hold_sync():
@@ -212,13 +213,7 @@ class FitPanel:
     def _segments_at(p: Any, index: int) -> tuple[list[dict], str]:
         if not p.events:
             return [], "(no allocations)"
-        try:
-            snap = p.snapshot(at=index)
-            where = f"at the peak of allocated bytes (after event {index:,})"
-        except TypeError:  # a Prediction whose snapshot() knows only the end
-            snap = p.snapshot()
-            where = "at the end of the run"
-        return snap["segments"], where
+        return p.snapshot(at=index)["segments"], f"at the peak of allocated bytes (after event {index:,})"
 
     # ---- what costs several predictions: on demand
 

@@ -15,7 +15,7 @@ from memviz.widgets._common import escape, exact_bytes
 from memviz.widgets.gauges import COLORS
 
 __all__ = ["BatchRow", "ConfigRow", "banner_html", "batch_table_html", "config_table_html", "gauge_rows",
-           "gauge_title", "limit_bytes", "phase_spans"]  # fmt: skip
+           "gauge_title", "limit_bytes", "notes_html", "phase_spans"]  # fmt: skip
 
 
 def limit_bytes(p: Any) -> int:
@@ -69,6 +69,16 @@ def banner_html(p: Any, suggestions: str = "") -> str:
             f"<code>{escape(oom.op)}</code>{where}{line}"
             f"<details><summary>torch's message</summary><pre style='white-space:pre-wrap'>{escape(oom.message)}"
             f"</pre></details>{suggestions}</div>")  # fmt: skip
+
+
+def notes_html(notes: Sequence[str]) -> str:
+    """What the prediction met but does not model (``Prediction.notes``), one line each; "" when none."""
+    if not notes:
+        return ""
+    items = "".join(f"<li>{escape(note)}</li>" for note in notes)
+    return (f'<div class="memviz-fit-notes" style="font-size:12px;color:#8a6d3b">what this prediction met and '
+            f"does not model, or models from less (the figures may be off there):<ul style='margin:0'>{items}</ul>"
+            "</div>")  # fmt: skip
 
 
 _BOX = "border:1px solid;border-radius:3px;padding:4px 8px;margin:4px 0;font-size:13px;"

@@ -9,29 +9,11 @@ import pytest
 from jlab import ARTIFACTS_DIR, console_errors, notebook_locator
 
 from memviz.predict import predict
+from memviz.predict.programs import mlp_training  # a user's training script: (batch=256, steps=3, amp=False)
 from memviz.widgets._common import exact_bytes
 
 pytestmark = pytest.mark.browser
 
-PROGRAM = '''
-import torch
-import torch.nn.functional as F
-from torch import nn
-
-
-def train(batch: int = 32, width: int = 2048, amp: bool = False, steps: int = 2) -> None:
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(512, width), nn.ReLU(), nn.Linear(width, 10)).cuda()
-    opt = torch.optim.AdamW(model.parameters())
-    x = torch.randn(batch, 512, device="cuda")
-    y = torch.randint(0, 10, (batch,), device="cuda")
-    for _ in range(steps):
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
-            loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-'''
 GAUGE = ".memviz-fit-gauges .memviz-gauge-{} .memviz-gauge-value"
 
 # plotly.js's own data for the stacked area: what is drawn, not what was sent
@@ -43,49 +25,50 @@ JS_AREA = """() => {
 
 
 def expected(**kwargs):
-    namespace: dict = {}
-    exec(PROGRAM, namespace)
-    return predict(namespace["train"], **kwargs)
+    return predict(mlp_training, **kwargs)
 
 
 def test_fit_panel_follows_typed_and_picked_controls(lab):
-    lab.open("fit.ipynb", [PROGRAM, "import memviz\npanel = memviz.fit_panel(train, device='T4')\npanel"], run=True)
+    cells = ["import memviz\nfrom memviz.predict.programs import mlp_training",
+             "panel = memviz.fit_panel(mlp_training, device='T4')\npanel"]
+    lab.open("fit.ipynb", cells, run=True)
     page = lab.page
     first = expected(device="T4")
     lab.wait_text(GAUGE.format("allocated"), exact_bytes(first.peak_allocated_bytes), timeout=30)
-    lab.wait_text(GAUGE.format("reserved"), exact_bytes(first.peak_reserved_bytes))
+    lab.wait_text(GAUGE.format("reserved"), exact_bytes(first.peak_reserved_bytes), timeout=30)
     assert "fits" in lab.text(".memviz-fit-banner")
 
     # type a batch size, as a user does (the box sends its value on Enter)
-    bigger = expected(device="T4", batch=512)
+    bigger = expected(device="T4", batch=1024)
     box = notebook_locator(page, ".memviz-fit-arg-batch input")
-    box.fill("512")
+    box.fill("1024")
     start = time.perf_counter()
     box.press("Enter")
-    lab.wait_text(GAUGE.format("allocated"), exact_bytes(bigger.peak_allocated_bytes), timeout=20)
+    lab.wait_text(GAUGE.format("allocated"), exact_bytes(bigger.peak_allocated_bytes), timeout=30)
     typed_s = time.perf_counter() - start
-    lab.wait_text(GAUGE.format("reserved"), exact_bytes(bigger.peak_reserved_bytes))
+    lab.wait_text(GAUGE.format("reserved"), exact_bytes(bigger.peak_reserved_bytes), timeout=30)
 
     # pick another GPU: the gauges' title and the numbers follow
-    h200 = expected(device="H200", batch=512)
+    h200 = expected(device="H200", batch=1024)
     notebook_locator(page, ".memviz-fit-device select").select_option("H200")
     lab.wait_js("(t) => document.querySelector('.memviz-fit-gauges .memviz-gauge-title')?.textContent.startsWith(t)",
-                "NVIDIA H200", timeout=20)  # fmt: skip
-    lab.wait_text(GAUGE.format("reserved"), exact_bytes(h200.peak_reserved_bytes))
+                "NVIDIA H200", timeout=30)  # fmt: skip
+    lab.wait_text(GAUGE.format("reserved"), exact_bytes(h200.peak_reserved_bytes), timeout=30)
 
     # the stacked area plotly.js drew: one point per predicted event, and its top at the peak is the peak
     area = lab.wait_js("() => { const d = (" + JS_AREA + ")(); return d && d[0].n === " + str(len(h200.events))
-                       + " ? d : null; }", timeout=20)  # fmt: skip
+                       + " ? d : null; }", timeout=30)  # fmt: skip
     layers = [t for t in area if t["name"] not in ("reserved", "peak") and t["y"]]
     at_peak = sum(t["y"][h200.peak_event_index] for t in layers) * 2**20
     assert round(at_peak) == sum(h200.breakdown().values())
 
     # a cap too small: the banner names the failing request
-    capped = expected(device="H200", batch=512, cap="24 MiB")
+    capped = expected(device="H200", batch=1024, cap="24 MiB")
     notebook_locator(page, ".memviz-fit-cap input").fill("24 MiB")
     notebook_locator(page, ".memviz-fit-cap input").press("Enter")
-    lab.wait_js("() => !!document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .memviz-fit-oom')", timeout=20)
-    lab.wait_js("() => document.querySelector('.memviz-fit-status')?.textContent.startsWith('predicted in')")
+    lab.wait_js("() => !!document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .memviz-fit-oom')", timeout=30)
+    lab.wait_js("() => document.querySelector('.memviz-fit-status')?.textContent.startsWith('predicted in')",
+                timeout=30)
     banner = lab.text(".memviz-fit-oom")
     assert "OUT OF MEMORY" in banner and f"{capped.oom.requested_bytes:,} B" in banner and capped.oom.op in banner
 
