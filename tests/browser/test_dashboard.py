@@ -90,10 +90,18 @@ def test_dashboard_clicks_match_the_simulator(lab):
         assert [d["y"][-1] * MiB for d in data[:3]] == [allocated, reserved, active], label
         assert data[0]["x"][-1] == len(mirror.events) - 1, label
     # the map now shows the lab's tensors alone: empty_cache() gave the 512 MiB segment back
-    bars = lab.js(JS_FIGURE_DATA, "memviz-segment-map")
-    live = sorted(round((bars[0]["x"][i + 1] - bars[0]["x"][i]) * MiB) for i in range(0, len(bars[0]["x"]), 3))
-    assert live == sorted(t.request.nbytes for t in mirror.tensors.values())  # one block per tensor, exact
-    assert [len(t["x"]) for t in bars[1:3]] == [0, 0]  # nothing free is left in the cache
+    want = sorted(t.request.nbytes for t in mirror.tensors.values())  # one block per tensor, exact
+
+    def map_drawn():  # the map redraws after the timeline: wait for it
+        bars = lab.js(JS_FIGURE_DATA, "memviz-segment-map")
+        xs = bars[0]["x"]
+        live = sorted(round((xs[i + 1] - xs[i]) * MiB) for i in range(0, len(xs), 3))
+        return live == want and [len(t["x"]) for t in bars[1:3]] == [0, 0]  # nothing free is left in the cache
+
+    deadline = time.monotonic() + 10
+    while not map_drawn():
+        assert time.monotonic() < deadline, f"the segment map never showed the lab's tensors alone: {want}"
+        time.sleep(0.1)
     assert "memviz-error" not in page.content()
     path = ARTIFACTS_DIR / "dashboard.png"
     path.parent.mkdir(parents=True, exist_ok=True)
