@@ -66,13 +66,18 @@ _LAZY = {"dashboard": "memviz.widgets", "SnapshotViewer": "memviz.widgets", "Wha
 """Names whose module imports ipywidgets and plotly, or torch (the predictor): loaded on first access (PEP 562)."""
 
 
+_DISTRIBUTIONS = ("memviz-lab", "memviz")  # pyproject's [project] name, then the name it had before
+
+
 def _version() -> str:
-    """The installed distribution's version: the one that provides this package, whatever it is named."""
-    try:
-        return _metadata.version(__name__)
-    except _metadata.PackageNotFoundError:
-        for dist in _metadata.packages_distributions().get(__name__, ()):
+    """The installed distribution's version (pyproject.toml is the one source; importlib.metadata reads it)."""
+    for dist in _DISTRIBUTIONS:
+        try:
             return _metadata.version(dist)
+        except _metadata.PackageNotFoundError:
+            pass
+    for dist in _metadata.packages_distributions().get(__name__, ()):  # installed under yet another name
+        return _metadata.version(dist)
     return "0+unknown"  # a source tree that was never installed (pip install -e . installs it)
 
 
