@@ -75,3 +75,12 @@ def test_import_memviz_loads_no_widget_or_gpu_library() -> None:
             " print([m for m in heavy if m in sys.modules]); assert 'dashboard' in dir(memviz)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_version_comes_from_the_distribution_pyproject_names() -> None:
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    name = re.search(r'^name = "([^"]+)"', text, re.M).group(1)
+    assert name in memviz._DISTRIBUTIONS
