@@ -169,7 +169,8 @@ def replay(
         source: a :class:`SnapshotHistory`, or anything :func:`load_snapshot` takes.
         alloc_conf: the ``PYTORCH_CUDA_ALLOC_CONF`` to try (default: "", torch's defaults).
         name: label for reports (default: ``alloc_conf`` or ``"default"``).
-        device_total_bytes: simulated device capacity in bytes (default: 1 PiB, i.e. no device limit).
+        device_total_bytes: simulated device capacity in bytes, at most 16 TiB (default: 16 TiB,
+            :data:`memviz.sim.MAX_DEVICE_BYTES`, i.e. no device limit for any real job).
         cap_bytes: cap the process at this many bytes, as ``set_per_process_memory_fraction(cap/total)``
             does (default: None).
         memory_fraction: or give the fraction itself (default: None, no cap).
@@ -178,7 +179,11 @@ def replay(
         record_history: let the simulator keep its own trace, for export (default: False, faster).
         progress: ``tqdm.auto`` bar; None shows one from 50,000 requests (default: None).
 
-    Runtime complexity: O(n) simulator calls for n recorded events.
+    Raises:
+        InputTypeError / InputError: a size, cap, fraction or config of the wrong type or out of range (the
+            message names it); AllocatorConfigError: ``alloc_conf`` is not one torch accepts.
+
+    Runtime complexity: O(n) simulator calls for n recorded events (:func:`memviz.sim.replay`).
     """
     history = _as_history(source, progress)
     total = UNLIMITED_DEVICE_BYTES if device_total_bytes is None else check_bytes(
