@@ -55,12 +55,16 @@ def test_fit_panel_follows_typed_and_picked_controls(lab):
                 "NVIDIA H200", timeout=30)  # fmt: skip
     lab.wait_text(GAUGE.format("reserved"), exact_bytes(h200.peak_reserved_bytes), timeout=30)
 
+    ARTIFACTS_DIR.mkdir(parents=True, exist_ok=True)
     # the stacked area plotly.js drew: one point per predicted event, and its top at the peak is the peak
     area = lab.wait_js("() => { const d = (" + JS_AREA + ")(); return d && d[0].n === " + str(len(h200.events))
                        + " ? d : null; }", timeout=30)  # fmt: skip
     layers = [t for t in area if t["name"] not in ("reserved", "peak") and t["y"]]
     at_peak = sum(t["y"][h200.peak_event_index] for t in layers) * 2**20
     assert round(at_peak) == sum(h200.breakdown().values())
+
+    page.set_viewport_size({"width": 1400, "height": 2000})  # the whole panel in one picture
+    notebook_locator(page, ".memviz-fit-panel").screenshot(path=str(ARTIFACTS_DIR / "fit_panel_fits.png"))
 
     # a cap too small: the banner names the failing request
     capped = expected(device="H200", batch=1024, cap="24 MiB")
@@ -72,9 +76,7 @@ def test_fit_panel_follows_typed_and_picked_controls(lab):
     banner = lab.text(".memviz-fit-oom")
     assert "OUT OF MEMORY" in banner and f"{capped.oom.requested_bytes:,} B" in banner and capped.oom.op in banner
 
-    page.set_viewport_size({"width": 1400, "height": 2000})  # the whole panel in one picture
     path = ARTIFACTS_DIR / "fit_panel.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
     notebook_locator(page, ".memviz-fit-panel").screenshot(path=str(path))
     assert path.stat().st_size > 10_000
     assert "Traceback" not in lab.text(".memviz-fit-panel")
