@@ -91,12 +91,13 @@ def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, .
       forward in bf16); in bf16 the channels-last input is padded to 8 channels; in fp32 backward-weight
       splits the reduction over the output pixels into about sqrt(N·H·W)/2 partial weights;
     - 1×1 strided (a ResNet downsample) with ≤ 64 input channels forward, or ≤ 128 backward-input in fp32:
-      none;
+      none; fp32 forward from ≥ 256 channels over ≥ 32768 input pixels (N·H·W): input + weight;
     - a k×k forward that widens the channels from ≤ 64: input + weight (the output is written in place).
     """
     pointwise = all(k == 1 for k in kernel)
     unit_stride = all(st == 1 for st in stride)
     unaligned = (c_in * element_bytes) % 16 != 0
+    input_pixels = input_bytes // (c_in * element_bytes)
     if pointwise and unit_stride:
         return min(64 * weight_bytes, input_bytes + output_bytes + 4 * weight_bytes) \
             if phase == "backward_weight" else 0
@@ -105,6 +106,8 @@ def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, .
     if pointwise and ((phase == "forward" and c_in <= 64)
                       or (phase == "backward_input" and c_in <= 128 and element_bytes == 4)):
         return 0
+    if pointwise and phase == "forward" and c_in >= 256 and input_pixels >= 1 << 15 and element_bytes == 4:
+        return input_bytes + weight_bytes
     if phase == "forward" and not pointwise and c_in <= 64 < c_out:
         return input_bytes + weight_bytes
     if unaligned and element_bytes == 2:
