@@ -228,12 +228,18 @@ class Session:
 
     # ---- allocator calls
 
-    def malloc(self, nbytes: int, op: str, category: str | None = None) -> tuple[int, int]:
-        """Allocate in the simulator, record the event; raise ``torch.OutOfMemoryError`` as CUDA would."""
+    def malloc(self, nbytes: int, op: str, category: str | None = None, soft: bool = False) -> tuple[int, int]:
+        """Allocate in the simulator, record the event; raise ``torch.OutOfMemoryError`` as CUDA would.
+
+        ``soft``: the caller survives an OOM (cuDNN tries its next plan): return ``(0, -1)`` instead (the
+        failed attempt has still released the cache, as it does on the GPU).
+        """
         alloc = self.allocator
         try:
             ptr = alloc.malloc(nbytes)
         except OutOfMemoryError as e:
+            if soft:
+                return 0, -1
             if self.oom is None:
                 self.oom = {"requested_bytes": nbytes, "message": str(e), "op": op, "module": self.where(),
                             "line": self.user_line(), "phase": self.phase, "event_index": len(self.events)}

@@ -51,10 +51,13 @@ def _addmm(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
         _keep(s, "cublaslt", s.arch.cublaslt_workspace_bytes, func.__name__)
 
 
-def _temporary(s: Any, nbytes: int, op: str) -> None:
+def _cudnn_workspace(s: Any, nbytes: int, op: str) -> None:
+    """A convolution's workspace, held while it runs. If it does not fit, torch's ``try_plans`` catches the
+    OOM and runs cuDNN's next plan: taken here as one that needs no workspace."""
     if nbytes > 0:
-        ptr, index = s.malloc(nbytes, op, "workspaces")
-        s.free(ptr, index, op)
+        ptr, index = s.malloc(nbytes, op, "workspaces", soft=True)
+        if index >= 0:
+            s.free(ptr, index, op)
 
 
 def _round(x: int, m: int) -> int:
@@ -135,7 +138,7 @@ def _conv_forward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> Non
         s.note("grouped, depthwise, transposed or non-2-D convolutions: no cuDNN workspace is modelled")
     else:
         c_in, c_out, kernel, stride, es, i_bytes, w_bytes = geom
-        _temporary(s, conv_workspace_bytes("forward", c_in, c_out, kernel, stride, es, i_bytes, out.numel() * es,
+        _cudnn_workspace(s, conv_workspace_bytes("forward", c_in, c_out, kernel, stride, es, i_bytes, out.numel() * es,
                                            w_bytes, out.numel() // c_out), "cudnn_convolution")
 
 
@@ -150,8 +153,9 @@ def _conv_backward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> No
         s.track(result, name)
         if geom is not None and phase != "bias":
             c_in, c_out, kernel, stride, es, i_bytes, w_bytes = geom
-            _temporary(s, conv_workspace_bytes(phase, c_in, c_out, kernel, stride, es, i_bytes, grad_out.numel() * es,
-                                               w_bytes, grad_out.numel() // c_out), "cudnn_convolution_backward")
+            nbytes = conv_workspace_bytes(phase, c_in, c_out, kernel, stride, es, i_bytes, grad_out.numel() * es,
+                                          w_bytes, grad_out.numel() // c_out)
+            _cudnn_workspace(s, nbytes, "cudnn_convolution_backward")
 
 
 TRACKS_OUTPUTS = frozenset({aten.convolution_backward.default})
