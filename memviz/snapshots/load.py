@@ -163,7 +163,7 @@ def loads_snapshot(data: bytes | bytearray | memoryview, *, name: str = "<bytes>
     if not data:
         raise SnapshotError(f"{name}: empty file, expected a snapshot pickle")
     _sniff(data[:16], name)
-    return validate_snapshot(_scan_and_build(data, PickleScan(name, len(data)), name), name=name)
+    return _validate(_scan_and_build(data, PickleScan(name, len(data)), name), name, owned=True)
 
 
 def _read(f: IO[bytes], name: str, limit: int) -> Any:
@@ -256,7 +256,7 @@ def load_snapshot(source: str | os.PathLike[str] | IO[bytes] | bytes | Mapping[s
         except OSError as exc:
             raise SnapshotError(f"{name}: cannot read ({exc.strerror or exc})") from None
         with f:
-            return validate_snapshot(_read(f, name, _limit_of(f)), name=name)
+            return _validate(_read(f, name, _limit_of(f)), name, owned=True)
     if isinstance(source, io.TextIOBase):
         raise SnapshotError(f"{name}: file is open in text mode; open it with 'rb'")
     if not callable(getattr(source, "read", None)):
@@ -264,7 +264,7 @@ def load_snapshot(source: str | os.PathLike[str] | IO[bytes] | bytes | Mapping[s
             f"cannot load a snapshot from {type(source).__name__}: give a path, a binary file, bytes, "
             "or the dict from torch.cuda.memory._snapshot()"
         )
-    return validate_snapshot(_read(source, name, _limit_of(source)), name=name)
+    return _validate(_read(source, name, _limit_of(source)), name, owned=True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -410,7 +410,9 @@ class _Once:
         return "an earlier one"
 
 
-def _segment(seg: Any, where: str, once: _Once) -> dict[str, Any]:
+def _segment(seg: Any, where: str, once: _Once, owned: bool) -> dict[str, Any]:
+    """The segment checked and normalized; ``owned``: it was built by the unpickler here, so it is normalized in
+    place (no copies of its blocks: a snapshot's blocks are most of its memory)."""
     if not isinstance(seg, Mapping):
         raise SnapshotError(f"{where}: a segment must be a dict, got {type(seg).__name__}")
     once(seg, where)
@@ -420,7 +422,7 @@ def _segment(seg: Any, where: str, once: _Once) -> dict[str, Any]:
     if not isinstance(blocks, list):
         raise SnapshotError(f"{where}: 'blocks' must be a list, got {type(blocks).__name__}")
     once(blocks, f"{where}.blocks")
-    out = dict(seg)
+    out = seg if owned else dict(seg)
     out["stream"] = _int(seg, "stream", where, default=0)
     out["device"] = _int(seg, "device", where, default=0)
     kind = seg.get("segment_type", "small" if total <= _SMALL_BUFFER else "large")
@@ -430,7 +432,7 @@ def _segment(seg: Any, where: str, once: _Once) -> dict[str, Any]:
     out.setdefault("is_expandable", False)
     offset = address
     allocated = active = requested = 0
-    new_blocks = []
+    new_blocks = blocks if owned else []
     block_place = where + ".blocks[{}]"
     for j, b in enumerate(blocks):
         bw = (block_place, j)
@@ -447,9 +449,10 @@ def _segment(seg: Any, where: str, once: _Once) -> dict[str, Any]:
             raise SnapshotError(f"{_place(bw)}: block at address {baddr} does not start where the previous one "
                                 f"ends ({offset}); blocks must tile their segment in address order")
         req = _int(b, "requested_size", bw, default=size)
-        nb = dict(b)
+        nb = b if owned else dict(b)
         nb["address"], nb["requested_size"] = baddr, req
-        new_blocks.append(nb)
+        if not owned:
+            new_blocks.append(nb)
         offset += size
         if state != "inactive":
             active += size
@@ -499,11 +502,16 @@ def validate_snapshot(obj: Any, *, name: str = "<snapshot>") -> dict[str, Any]:
 
     The shape is checked first (so a wrong ``segments[0]`` is reported at once), then that the whole of
     ``obj`` is plain data nesting at most :data:`MAX_DEPTH` levels. Time and memory are linear in the
-    number of objects and items in ``obj``; ``obj`` is not modified.
+    number of objects and items in ``obj``; ``obj`` is not modified (segments and blocks are copied).
 
     Raises:
         SnapshotError: naming the first thing that is wrong and where.
     """
+    return _validate(obj, name, owned=False)
+
+
+def _validate(obj: Any, name: str, owned: bool) -> dict[str, Any]:
+    """:func:`validate_snapshot`; ``owned``: ``obj`` was just unpickled here, so it is normalized in place."""
     if isinstance(obj, list):
         raise SnapshotError(f"{name}: got a list, not a snapshot dict; torch.cuda.memory_snapshot() returns "
                             "only the segment list, use torch.cuda.memory._snapshot() (or _dump_snapshot())")
@@ -518,7 +526,7 @@ def validate_snapshot(obj: Any, *, name: str = "<snapshot>") -> dict[str, Any]:
     out = dict(obj)
     once = _Once(obj)
     try:
-        out["segments"] = [_segment(s, f"segments[{i}]", once) for i, s in enumerate(segments)]
+        out["segments"] = [_segment(s, f"segments[{i}]", once, owned) for i, s in enumerate(segments)]
         traces = obj.get("device_traces", [])
         if not isinstance(traces, list):
             raise SnapshotError(f"'device_traces' must be a list (one event list per device), "
