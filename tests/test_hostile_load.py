@@ -327,3 +327,18 @@ def test_valid_snapshots_round_trip_every_protocol(layout, protocol):
     loaded = loads_snapshot(pickle.dumps(snap, protocol=protocol))
     assert loaded == validate_snapshot(snap)
     assert [len(s["blocks"]) for s in loaded["segments"]] == [len(b) for b in layout]
+
+
+def test_a_callers_dict_is_left_as_it_was_loaded_or_refused():
+    import copy
+
+    snap = {"segments": [{"address": 0, "total_size": 1024, "blocks": [{"size": 512, "state": "inactive"},
+                                                                      {"size": 512, "state": "active_allocated"}]}]}
+    before = copy.deepcopy(snap)
+    loaded = load_snapshot(snap)
+    assert snap == before and loaded["segments"][0]["blocks"][1]["address"] == 512
+    snap["segments"].append(snap["segments"][0])
+    before = copy.deepcopy(snap)
+    with pytest.raises(SnapshotError, match="same object"):
+        load_snapshot(snap)
+    assert snap == before
