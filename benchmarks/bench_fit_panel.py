@@ -7,7 +7,7 @@ the predictor's one-time start, is reported apart), then its batch control is se
 alternating two values; each change runs one :func:`memviz.predict` and redraws every view (gauges, banner,
 stacked area, segment map). ``panel.refresh_seconds`` times each refresh from the control's change to the
 last view sent. Prints every sample, the median and the prediction's share (``trace_seconds``). In a browser
-the page shows the result about 50-100 ms after the kernel is done (tests/browser/test_fit_panel.py prints
+the page shows the result about 50-100 ms after the kernel is done (tests/browser/test_fit_panel_browser.py prints
 its typed-batch-to-gauges time).
 """
 
