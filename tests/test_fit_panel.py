@@ -230,3 +230,25 @@ def test_run_for_real_on_this_gpu_beside_the_prediction():
     assert "predicted vs measured" in panel.real_html.value and not panel.out.outputs
     assert torch.cuda.max_memory_allocated() >= measured.peak_allocated_bytes
     panel.close()
+
+
+def test_lesson_10s_recorded_figures_are_copies_of_the_recordings():
+    import gzip
+    import json
+    from importlib.resources import files
+    from pathlib import Path
+
+    data = Path(__file__).parent / "data" / "fit"
+    shipped = json.loads(files("memviz.data").joinpath("h200_fit.json").read_text())
+    for run_id, run in shipped["runs"].items():
+        recorded = json.loads(gzip.decompress((data / "h200" / f"{run_id}.json.gz").read_bytes()))
+        assert (run["program"], run["kwargs"], run["alloc_conf"], run["fits"]) == (
+            recorded["program"], recorded["kwargs"], recorded["alloc_conf"], recorded["fits"])
+        for key in ("allocated", "reserved", "requested"):
+            assert run[f"peak_{key}_bytes"] == recorded["peaks"][f"{key}_bytes"], (run_id, key)
+    cliffs = {c["id"]: c for c in json.loads((data / "h200_max_batch.json").read_text())}
+    for cliff_id, cliff in shipped["max_batch"].items():
+        assert cliff == {k: cliffs[cliff_id][k] for k in cliff}
+    events = json.loads(gzip.decompress((data / "h200" / "resnet18-b64.json.gz").read_bytes()))["events"]
+    largest = sorted({e[2] for e in events if e[0] == "alloc"}, reverse=True)[:3]
+    assert shipped["workspaces"]["resnet18_b64_largest_requests_bytes"] == largest
