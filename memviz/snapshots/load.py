@@ -73,6 +73,8 @@ _INT64_MAX = (1 << 63) - 1
 _ADDR_ACTIONS = frozenset(TRACE_ACTIONS) - {"snapshot", "oom", "annotate"}
 _PLAIN_SCALARS = (str, int, float, bool, type(None))
 _SCALAR_TYPES = frozenset(_PLAIN_SCALARS)
+_CONTAINER_TYPES = frozenset((dict, list, tuple))
+_LEAF_TYPES = _SCALAR_TYPES | _CONTAINER_TYPES
 _SMALL_BUFFER = 2 * 1024 * 1024  # bytes: a small-pool segment (kSmallBuffer)
 _EVENT_INTS = ("time_us", "stream", "device_free")  # optional int fields of a trace event
 _ABSENT = object()
@@ -296,7 +298,7 @@ def _check_plain(obj: Any, name: str) -> None:
     if isinstance(obj, _PLAIN_SCALARS):
         return
     items = _items(obj)
-    if items is None:
+    if isinstance(items, int):
         return
     heights: dict[int, int] = {}  # id -> levels of a container already checked, itself included
     # frames of the walk: [container, items iterator, key from the parent, tallest child so far]
@@ -317,16 +319,16 @@ def _check_plain(obj: Any, name: str) -> None:
                     raise SnapshotError(f"{name}: {_where(stack, key)} contains itself (a cycle); a snapshot is "
                                         "a tree")
                 items = _items(child)
-                if items is not None:  # not a leaf: walk it
+                if not isinstance(items, int):  # not a leaf: walk it
                     if len(stack) >= MAX_DEPTH:
                         raise SnapshotError(f"{name}: {_where(stack, key)} nests deeper than {MAX_DEPTH} levels; "
                                             "a snapshot nests 7")
                     stack.append([child, items, key, 0])
                     on_path.add(cid)
                     break
-                height = 1
+                height = items
                 if len(child) > 8:  # a small leaf is re-checked for less than its entry here would cost
-                    heights[cid] = 1
+                    heights[cid] = height
             if len(stack) + height > MAX_DEPTH:
                 raise SnapshotError(f"{name}: {_where(stack, key)} nests deeper than {MAX_DEPTH} levels; a "
                                     "snapshot nests 7")
@@ -342,18 +344,23 @@ def _check_plain(obj: Any, name: str) -> None:
 
 
 def _items(container: Any) -> Any:
-    """(key, value) pairs of a container to walk, or None for one holding only scalars; a dict's keys must be
-    plain scalars."""
+    """(key, value) pairs of a container to walk, or, for a leaf, its height: 1 for a container of scalars
+    (or an empty one), 2 for a dict of scalars and empty containers (a block with ``'frames': []``). A dict's
+    keys must be plain scalars."""
     if isinstance(container, dict):
-        if {*map(type, container), *map(type, container.values())} <= _SCALAR_TYPES:
-            return None  # the common case, one set for keys and values
-        for key in container:
-            if type(key) not in _SCALAR_TYPES and not isinstance(key, _PLAIN_SCALARS):
-                raise SnapshotError(f"a dict has a key of type {type(key).__name__}; a snapshot holds only "
-                                    "plain data")
+        types = {*map(type, container), *map(type, container.values())}
+        if types <= _SCALAR_TYPES:
+            return 1  # the common case: one set for keys and values
+        if not set(map(type, container)) <= _SCALAR_TYPES:
+            for key in container:
+                if not isinstance(key, _PLAIN_SCALARS):
+                    raise SnapshotError(f"a dict has a key of type {type(key).__name__}; a snapshot holds only "
+                                        "plain data")
+        if types <= _LEAF_TYPES and not any(v for v in container.values() if type(v) in _CONTAINER_TYPES):
+            return 2
         return iter(container.items())
     if set(map(type, container)) <= _SCALAR_TYPES:
-        return None
+        return 1
     return enumerate(container)
 
 
