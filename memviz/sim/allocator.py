@@ -3,10 +3,22 @@
 Function names and the split between them follow the C++ (torch 2.11), so the two can be read side
 by side: ``malloc`` → ``round_size``, ``get_pool``, ``get_allocation_size``, ``get_free_block``,
 ``alloc_block``, ``release_available_cached_blocks``, ``release_cached_blocks``, ``should_split``,
-``alloc_found_block``; ``free`` → ``free_block`` → ``try_merge_blocks``; ``empty_cache`` →
-``release_cached_blocks`` → ``release_blocks`` → ``release_block``. One device, one stream. The size
-rules live once, in :mod:`memviz.sim.rules`; the counters change as :mod:`memviz.sim.stats`'s
+``alloc_found_block``; ``free`` → ``insert_events`` or ``free_block`` → ``try_merge_blocks``;
+``empty_cache`` → ``release_cached_blocks`` → ``synchronize_and_free_events``, ``release_blocks`` →
+``release_block``; ``malloc`` starts with ``process_events``. One device; streams, ``record_stream`` and
+private pools (CUDA graphs, ``MemPool``) as in :mod:`memviz.sim.pools` and :mod:`memviz.sim.graphs`. The
+size rules live once, in :mod:`memviz.sim.rules`; the counters change as :mod:`memviz.sim.stats`'s
 ``increase_stat`` / ``decrease_stat`` say, called or (in the hot paths) inlined.
+
+Streams are ints (torch's ``cudaStream_t`` value; 0 is the default stream). The simulator runs no
+kernels, so it cannot know when a stream's work ends: a CUDA event recorded by ``insert_events`` completes
+when the program says the stream is done (:meth:`CachingAllocator.synchronize`, i.e.
+``torch.cuda.synchronize()`` / ``Stream.synchronize()``), and, as in torch, the block is freed by the
+next ``malloc`` (``process_events``) or by ``empty_cache`` (which waits for every event).
+
+The default stream and the device's own pools stay on the fast paths: ``malloc`` leaves them only when
+``stream`` is not 0, a capture is underway or a free waits on events; ``free`` only for a block that
+``record_stream`` marked.
 
 Speed comes from the data layout (see :mod:`memviz.sim.stats` and :mod:`memviz.sim.blocks`): the
 counters are flat int lists with ``freed`` and the aggregate's totals derived, a pool is a sorted
@@ -22,10 +34,11 @@ from __future__ import annotations
 
 import operator
 from bisect import bisect_left, insort
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from memviz.errors import InputTypeError, InvalidFreeError, OutOfMemoryError
+from memviz.errors import InputError, InputTypeError, InvalidFreeError, OutOfMemoryError
 
 from . import rules
 from .addresses import AddressSpace
@@ -41,6 +54,7 @@ from .constants import (
 )
 from .invariants import check_invariants, format_segment_table
 from .limits import MAX_DEVICE_BYTES, check_bytes, check_fraction
+from .pools import DEFAULT_POOL, PoolId, PrivatePool, StreamPools
 from .snapshot import build_segments, build_snapshot
 from .stats import (
     ALLOCATED_BYTES,
@@ -55,7 +69,6 @@ from .stats import (
     INACTIVE_SPLIT_BYTES_TOTAL,
     INACTIVE_SPLIT_PEAK,
     INACTIVE_SPLIT_TOTAL,
-    LARGE_POOL,
     OVERSIZE_ALLOCATIONS,
     OVERSIZE_SEGMENTS,
     REQUESTED_BYTES,
@@ -64,7 +77,6 @@ from .stats import (
     RESERVED_BYTES,
     RESERVED_BYTES_PEAK,
     SEGMENT,
-    SMALL_POOL,
     DeviceStats,
     decrease_stat,
     increase_single,
@@ -95,6 +107,34 @@ def _checked_size(size: object) -> int:
     if size >= ONE_EXA_BYTES:
         raise OutOfMemoryError("CUDA out of memory. Tried to allocate more than 1EB memory.", requested_bytes=size)
     return size
+
+
+def _every_stream(stream: int) -> bool:
+    return True
+
+
+def _checked_stream(stream: object) -> int:
+    """Return a stream as a plain int >= 0 (torch's ``cudaStream_t`` value; 0 the default stream)."""
+    if isinstance(stream, bool) or not hasattr(type(stream), "__index__") or operator.index(stream) < 0:
+        raise InputError(f"a stream is an int >= 0 (0: the default stream), not {stream!r}")
+    return operator.index(stream)
+
+
+def _checked_pool_id(pool_id: object) -> PoolId:
+    """Return a pool id as a pair of ints (``MempoolId_t``), not (0, 0)."""
+    ok = (isinstance(pool_id, tuple | list) and len(pool_id) == 2
+          and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in pool_id))
+    if not ok or tuple(pool_id) == DEFAULT_POOL:
+        raise InputError(f"a private pool id is a pair of ints >= 0 other than (0, 0), e.g. (1, 0), not {pool_id!r}")
+    return (pool_id[0], pool_id[1])
+
+
+def _checked_version(version: object) -> tuple[int, int]:
+    """Return ``"major.minor[...]"`` as (major, minor)."""
+    parts = str(version).split(".")
+    if len(parts) < 2 or not (parts[0].isdigit() and parts[1].isdigit()):
+        raise InputError(f"torch_version is 'major.minor' such as '2.11' or torch.__version__, not {version!r}")
+    return int(parts[0]), int(parts[1])
 
 
 def _checked_address(ptr: object) -> int:
@@ -128,6 +168,8 @@ class CachingAllocator:
         device_name: how the OOM message names the device (default: "GPU 0").
         record_history: keep a trace of allocator events for ``snapshot()["device_traces"]``
             (default: True).
+        torch_version: the torch whose ``memory_stats()`` keys to return, ``"major.minor"``: 122 keys
+            up to 2.11, plus ``num_oom_rejections`` from 2.12 (default: "2.11").
         clock: returns the ``time_us`` of trace entries (default: None, entries are numbered 0, 1, ...
             so that traces are deterministic).
 
@@ -147,7 +189,7 @@ class CachingAllocator:
 
     def __init__(self, total_memory: int, memory_fraction: float | None = None, alloc_conf: str = "", *,
                  context_bytes: int = 0, device_name: str = "GPU 0", record_history: bool = True,
-                 clock: Callable[[], int] | None = None) -> None:
+                 clock: Callable[[], int] | None = None, torch_version: str = "2.11") -> None:
         total_memory = check_bytes(total_memory, "total_memory", low=1, high=MAX_DEVICE_BYTES, example="80 << 30",
                                    why="the simulator models devices of up to 16 TiB (memviz.sim.limits)")
         context_bytes = check_bytes(context_bytes, "context_bytes", high=total_memory, example="0")
@@ -158,19 +200,43 @@ class CachingAllocator:
         self.device_name = device_name
         self.record_history = record_history
         self._clock = clock
-        # The trace, flat: action, addr, size of each entry in turn (no object per entry, so a long
-        # replay's history costs 3 list slots an event); time_us in _trace_times when clock is given.
+        # The trace, flat: action, addr, size, stream of each entry in turn (no object per entry, so a
+        # long replay's history costs 4 list slots an event); time_us in _trace_times when clock is given.
         self._trace: list[str | int] = []
         self._trace_times: list[int] | None = [] if clock is not None else None
-        # trace_extend((action, addr, size)) records one entry; None when not recording
-        self._trace_extend: Callable[[tuple[str, int, int]], None] | None = None
+        # trace_extend((action, addr, size, stream)) records one entry; None when not recording
+        self._trace_extend: Callable[[tuple[str, int, int, int]], None] | None = None
         if record_history:
             self._trace_extend = self._trace.extend if clock is None else self._extend_timed
         self._address_space = AddressSpace()
         self._params = _AllocParams()
+        self.torch_version = _checked_version(torch_version)
         self.stats = DeviceStats(cfg.max_split_size)
-        self.small_blocks = BlockPool(True, SMALL_POOL)
-        self.large_blocks = BlockPool(False, LARGE_POOL)
+        # the device's own pools, by stream; small_blocks / large_blocks are the default stream's
+        self.own_pools = StreamPools(None)
+        self.small_blocks = self.own_pools.get(True, 0)
+        self.large_blocks = self.own_pools.get(False, 0)
+        # private pools (graph_pools), those no graph or MemPool holds any more, and the captures or
+        # use_mem_pool contexts diverting allocations to one: (pool id, filter of the stream)
+        self.graph_pools: dict[PoolId, PrivatePool] = {}
+        self.graph_pools_freeable: dict[PoolId, PrivatePool] = {}
+        self.captures_underway: list[tuple[PoolId, Callable[[int], bool]]] = []
+        # cross-stream frees: blocks whose free waits for a capture to end, events by stream, and the
+        # number of the last event each stream has completed (events are numbered 1, 2, ... as recorded)
+        self.needs_events_deferred_until_no_capture: list[Block] = []
+        self.cuda_events: dict[int, deque[tuple[int, Block]]] = {}
+        self._cudagraph_stream_uses: dict[int, set[int]] = {}  # ptr -> streams recorded during a capture
+        self.stream_uses: dict[int, set[int]] = {}  # ptr of a live block -> other streams it was used on
+        self.event_count: dict[int, int] = {}  # ptr of a pending free -> events (or deferred streams) left
+        self._event_seq = 0
+        self._stream_done: dict[int, int] = {}
+        self._pending_free: dict[int, Block] = {}  # ptr -> block freed but waiting on events
+        self._diverting = False  # events pending or a capture underway: malloc leaves its fast path
+        self._oom_observers: list[Callable[[int, int, int, int], None]] = []
+        # the last pool ids handed out (memviz.sim.graphs), as torch's MemPool::uid_ / uuid_ (from 1):
+        # (0, n) for MemPool() and graph_pool_handle(), (n, 0) for a capture without a pool
+        self.pool_uid = 0
+        self.capture_uuid = 0
         self._active_blocks: dict[int, Block] = {}  # ptr -> allocated block
         self._segments: dict[int, Segment] = {}  # base ptr -> segment
         self.total_allocated_memory = 0  # bytes obtained from the driver (== reserved_bytes.all.current)
@@ -181,6 +247,8 @@ class CachingAllocator:
         # roundup_power2_divisions by size.bit_length() (rules.division_table); None: 512-byte rounding only
         self._divisions = rules.division_table(cfg.roundup_power2_divisions)
         self.allowed_memory_bytes: int | None = None
+        self._set_fraction = False
+        self.settings_changed = False  # set_allocator_settings ran (oversize counts may then drift, as in torch)
         self._gc_active = False
         self._gc_threshold_bytes = 0
         fraction = memory_fraction if memory_fraction is not None else cfg.per_process_memory_fraction
@@ -198,15 +266,58 @@ class CachingAllocator:
             InputTypeError: ``fraction`` is not a number. InputError: it is outside [0, 1].
         """
         fraction = check_fraction(fraction, "memory fraction")
+        self._set_fraction = True
         if fraction == 1:
             self.allowed_memory_bytes = None
         else:
             self.allowed_memory_bytes = int(float(fraction) * float(self.total_memory))
+        self._update_gc()
+
+    def _update_gc(self) -> None:
         self._gc_active = (self.allowed_memory_bytes is not None
                            and self.config.garbage_collection_threshold > 0.0)
         # garbage_collect_cached_blocks' threshold in bytes: threshold * allowed_memory_maximum
         self._gc_threshold_bytes = (int(self.config.garbage_collection_threshold * float(self.allowed_memory_bytes))
                                     if self._gc_active else 0)
+
+    def get_memory_fraction(self) -> float:
+        """Return the memory fraction in force (``torch.cuda.get_per_process_memory_fraction``): the limit in
+        bytes over ``total_memory``, 1.0 when none was set (``getMemoryFraction``)."""
+        if not self._set_fraction:
+            return 1.0
+        allowed = self.allowed_memory_bytes if self.allowed_memory_bytes is not None else self.total_memory
+        return allowed / self.total_memory
+
+    def set_allocator_settings(self, settings: str) -> None:
+        """Re-read the allocator options at run time (``torch.cuda.memory._set_allocator_settings``).
+
+        As on the H200 (torch 2.11): every call parses ``settings`` afresh, so an option it does not name
+        goes back to its default (``"max_split_size_mb:64"`` then ``"roundup_power2_divisions:4"`` leaves
+        no max_split_size). It applies to the requests after it; segments already made stay as they are (an
+        expandable segment made before ``expandable_segments:False`` is then skipped by best fit, as torch
+        does). ``memory_stats()["max_split_size"]`` keeps the value from construction, as torch's does;
+        ``per_process_memory_fraction`` acts only at construction.
+
+        Raises:
+            AllocatorConfigError: ``settings`` is malformed; the settings in force stay.
+        """
+        cfg = parse_alloc_conf(settings)
+        self.settings_changed = True
+        self.config = cfg
+        self._max_split_size = cfg.max_split_size
+        self._max_non_split_rounding_size = cfg.max_non_split_rounding_size
+        self._large_segment_size = cfg.large_segment_size
+        self._expandable = cfg.expandable_segments
+        self._divisions = rules.division_table(cfg.roundup_power2_divisions)
+        self._update_gc()
+
+    def attach_out_of_memory_observer(self, observer: Callable[[int, int, int, int], None]) -> None:
+        """Call ``observer(device, alloc_size, device_total, device_free)`` on every OOM, before the error is
+        raised (``torch._C._cuda_attach_out_of_memory_observer``). Sizes in bytes; ``device_total`` is the
+        memory fraction's limit when one is set, as in torch; device is 0."""
+        if not callable(observer):
+            raise InputTypeError(f"an out-of-memory observer must be callable, not {type(observer).__name__}")
+        self._oom_observers.append(observer)
 
     def memory_allocated(self) -> int:
         """Return the bytes occupied by live allocations (``allocated_bytes.all.current``)."""
@@ -265,20 +376,21 @@ class CachingAllocator:
         ``allocated, current, freed, peak``; ``oversize_allocations.{metric}``,
         ``oversize_segments.{metric}``; and ``max_split_size`` (-1 when unlimited),
         ``num_alloc_retries``, ``num_device_alloc``, ``num_device_free``, ``num_ooms``,
-        ``num_sync_all_streams``. Byte stats are in bytes, the others are counts.
+        ``num_sync_all_streams``, and from torch 2.12 (``torch_version``) ``num_oom_rejections`` (always 0:
+        ``throw_on_cudamalloc_oom`` is not modelled). Byte stats are in bytes, the others are counts.
         """
-        return self.stats.as_dict()
+        return self.stats.as_dict(oom_rejections=self.torch_version >= (2, 12))
 
     # ------------------------------------------------------------------ trace
 
-    def _extend_timed(self, entry: tuple[str, int, int]) -> None:
+    def _extend_timed(self, entry: tuple[str, int, int, int]) -> None:
         self._trace.extend(entry)
         self._trace_times.append(self._clock())
 
-    def _record(self, action: str, addr: int, size: int) -> None:
+    def _record(self, action: str, addr: int, size: int, stream: int = 0) -> None:
         trace_extend = self._trace_extend
         if trace_extend is not None:
-            trace_extend((action, addr, size))
+            trace_extend((action, addr, size, stream))
 
     # ------------------------------------------------------------------ sizes
 
@@ -286,9 +398,18 @@ class CachingAllocator:
         """Return the block size in bytes for a request of ``size`` bytes (:func:`memviz.sim.rules.round_size`)."""
         return rules.round_size(size, self.config)
 
-    def get_pool(self, size: int) -> BlockPool:
-        """Return the pool for a rounded size: small if ``size <= 1 MiB``, else large (``get_pool``)."""
-        return self.small_blocks if rules.is_small(size) else self.large_blocks
+    def get_pool(self, size: int, stream: int = 0) -> BlockPool:
+        """Return the pool for a rounded size on ``stream`` (``get_pool``): small if ``size <= 1 MiB``, else
+        large; a private pool's when a capture or ``use_mem_pool`` underway takes this stream (the latest
+        begun that does: torch scans ``captures_underway`` from the end, so nested ``use_mem_pool`` contexts
+        allocate into the innermost pool)."""
+        small = rules.is_small(size)
+        for pool_id, accepts in reversed(self.captures_underway):
+            if accepts(stream):
+                return self.graph_pools[pool_id].pools.get(small, stream)
+        if stream == 0:
+            return self.small_blocks if small else self.large_blocks
+        return self.own_pools.get(small, stream)
 
     def get_allocation_size(self, size: int) -> int:
         """Return the segment size in bytes for a rounded size (:func:`memviz.sim.rules.get_allocation_size`)."""
@@ -296,8 +417,12 @@ class CachingAllocator:
 
     # ------------------------------------------------------------------ malloc
 
-    def malloc(self, size: int) -> int:
-        """Allocate ``size`` bytes and return the block's address (``DeviceCachingAllocator::malloc``).
+    def malloc(self, size: int, stream: int = 0) -> int:
+        """Allocate ``size`` bytes on ``stream`` and return the block's address (``DeviceCachingAllocator::malloc``).
+
+        ``stream`` (default 0, the default stream) is the stream the tensor is made on: only blocks cached
+        on the same stream serve it. First, unless a capture is underway, frees whose events completed are
+        finished (``process_events``).
 
         ``malloc(0)`` returns 0 (a null pointer, as ``caching_allocator_alloc(0)`` does) and changes
         nothing: a 0-byte tensor never reaches the allocator.
@@ -315,6 +440,7 @@ class CachingAllocator:
             size = _checked_size(size)
             if size == 0:
                 return 0
+
         # rules.round_size, is_small and should_split are inlined in malloc: as calls they cost 0.1-0.2 us/op
         # more (benchmarks/bench_sim.py, synthetic 200k ops, min of 5, CPU time). round_size (size >= 1 here),
         # reading rules.division_table through self._divisions:
@@ -325,7 +451,10 @@ class CachingAllocator:
                 rounded = -(-size // step) * step
         p = self._params  # one AllocParams, reused: malloc never re-enters itself
         p.size = rounded
-        p.pool = self.small_blocks if rounded <= SMALL_SIZE else self.large_blocks  # rules.is_small, inlined
+        if stream or self._diverting:
+            p.pool = self._slow_pool(rounded, stream)
+        else:
+            p.pool = self.small_blocks if rounded <= SMALL_SIZE else self.large_blocks  # rules.is_small, inlined
         if not self.get_free_block(p):
             # torch computes alloc_size up front; only the paths below read it
             p.alloc_size = self.get_allocation_size(rounded)
@@ -333,7 +462,8 @@ class CachingAllocator:
                 self.garbage_collect_cached_blocks()
             if not (self.alloc_block(p, False)
                     or (self.release_available_cached_blocks(p) and self.alloc_block(p, False))
-                    or (self.release_cached_blocks() and self.alloc_block(p, True))):
+                    or (not self.captures_underway and self.release_cached_blocks()
+                        and self.alloc_block(p, True))):
                 self._raise_oom(p, size)
         # rules.should_split(p.block.size, rounded, ...), inlined
         remaining = p.block.size - rounded
@@ -351,7 +481,7 @@ class CachingAllocator:
         """
         pool = p.pool
         if self._gc_active:
-            pool.get_free_blocks_call_count += 1
+            self._tick_gc_clock(pool)
         keys = pool.keys
         size = p.size
         i = bisect_left(keys, size << _SIZE_SHIFT)
@@ -359,10 +489,16 @@ class CachingAllocator:
             return False
         by_key = pool.by_key
         block = by_key[keys[i]]
-        if block.segment.expandable:
-            # best fit by the size a block can grow to (its size plus an unmapped successor). (torch also
-            # skips expandable blocks when expandable_segments was turned off after they were made; the
-            # config is fixed here, so expandable segments exist only while it is on.)
+        if block.segment.expandable and not self._expandable:
+            # expandable_segments was turned off after this segment was made: only other blocks serve
+            n = len(keys)
+            while block.segment.expandable:
+                i += 1
+                if i == n:
+                    return False
+                block = by_key[keys[i]]
+        elif block.segment.expandable:
+            # best fit by the size a block can grow to (its size plus an unmapped successor)
             n = len(keys)
             nxt = block.next
             best = block.size + (nxt.size if nxt is not None and not nxt.mapped else 0)
@@ -403,7 +539,11 @@ class CachingAllocator:
             return False
         if self._expandable:
             p.block = self.try_allocate_expandable_block(p.pool, p.size)
-            return p.block is not None
+            if p.block is None:
+                return False
+            if p.pool.owner is not None:
+                p.pool.owner.cudaMalloc_count += 1
+            return True
         if alloc_size > self.total_memory - self.context_bytes - self.total_allocated_memory:  # device_free_bytes()
             return False
         ptr = self._address_space.malloc(alloc_size)
@@ -411,6 +551,8 @@ class CachingAllocator:
             return False
         self.total_allocated_memory += alloc_size
         pool = p.pool
+        if pool.owner is not None:
+            pool.owner.cudaMalloc_count += 1
         segment = Segment(ptr, alloc_size, pool)
         block = Block(alloc_size, ptr, segment)
         segment.head = block
@@ -423,7 +565,7 @@ class CachingAllocator:
         stats.num_device_alloc += 1
         trace_extend = self._trace_extend
         if trace_extend is not None:
-            trace_extend(("segment_alloc", ptr, alloc_size))
+            trace_extend(("segment_alloc", ptr, alloc_size, pool.stream))
         p.block = block
         return True
 
@@ -490,7 +632,7 @@ class CachingAllocator:
         self._active_blocks[ptr] = block
         trace_extend = self._trace_extend
         if trace_extend is not None:
-            trace_extend(("alloc", ptr, orig_size))
+            trace_extend(("alloc", ptr, orig_size, pool.stream))
         bsize = block.size
         # increase_stat(stats, st, family, n), inlined (gain: see free_block) for allocation (== active),
         # allocated_bytes (== active_bytes) and requested_bytes: the pool's current, peak and total, then
@@ -523,6 +665,8 @@ class CachingAllocator:
             a[REQUESTED_BYTES_PEAK] = c
         if bsize >= self._max_split_size:
             increase_single(a, OVERSIZE_ALLOCATIONS, 1)
+        if self._pending_free:
+            stats.note_active_peak(st)  # active = allocated + pending frees: its peak moves apart
         return ptr
 
     # ------------------------------------------------------------------ free
@@ -532,6 +676,9 @@ class CachingAllocator:
 
         The block returns to its pool and merges with free neighbours; the segment stays cached
         until ``empty_cache()`` (or an allocation that needs the memory). ``free(0)`` does nothing.
+        A block that ``record_stream`` marked as used on other streams waits instead: one event per
+        such stream is recorded (``insert_events``; during a capture, deferred until it ends) and the
+        block stays active ("active_pending_free") until they complete (see :meth:`synchronize`).
 
         Raises:
             InputTypeError: ``ptr`` is not an int (None, a float). InvalidFreeError: ``ptr`` is not a
@@ -548,6 +695,9 @@ class CachingAllocator:
             kind = "already-freed or interior" if self._owns(ptr) else "unknown"
             raise InvalidFreeError(f"free of {kind} address {ptr:#x}: not a live allocation "
                                    "(allocator state unchanged)")
+        if self.stream_uses and ptr in self.stream_uses:
+            self._free_with_events(block)
+            return
         block.allocated = False
         stats = self.stats
         s = stats.pool[block.segment.pool.stat_type]
@@ -559,18 +709,171 @@ class CachingAllocator:
             stats.agg[OVERSIZE_ALLOCATIONS] -= 1
         self.free_block(block)
 
+    def _slow_pool(self, rounded: int, stream: int) -> BlockPool:
+        """``malloc``'s path off the default stream or while frees wait on events or a capture is underway:
+        ``process_events`` (unless capturing), then ``get_pool``."""
+        if not self.captures_underway and (self.cuda_events or self.needs_events_deferred_until_no_capture):
+            self.process_events()
+        self._update_diverting()
+        return self.get_pool(rounded, _checked_stream(stream))
+
+    def _update_diverting(self) -> None:
+        self._diverting = bool(self.captures_underway or self.cuda_events
+                               or self.needs_events_deferred_until_no_capture)
+
+    def _free_with_events(self, block: Block) -> None:
+        """``free``'s path for a block used on other streams: count the free, then wait for events.
+
+        The block keeps ``allocated`` set while it waits (see :class:`~memviz.sim.blocks.Block`)."""
+        stats = self.stats
+        pool = block.segment.pool
+        s = stats.pool[pool.stat_type]
+        s[ALLOCATION] -= 1  # free's decrease_stat of allocation and allocated_bytes, as above
+        s[ALLOCATED_BYTES] -= block.size
+        self._record("free_requested", block.ptr, block.requested_size, pool.stream)
+        if block.size >= self._max_split_size:
+            stats.agg[OVERSIZE_ALLOCATIONS] -= 1
+        self._pending_free[block.ptr] = block
+        stats.change_pending(pool.stat_type, 1, block.size)
+        if self.captures_underway:
+            # cudaEventQuery is illegal during capture: record the events once no capture is underway
+            self.event_count[block.ptr] = len(self.stream_uses[block.ptr])
+            self.needs_events_deferred_until_no_capture.append(block)
+        else:
+            self.insert_events(block)
+        self._update_diverting()
+
+    def record_stream(self, ptr: int, stream: int) -> None:
+        """Mark the allocation at ``ptr`` as used on ``stream`` (``Tensor.record_stream`` / ``recordStream``).
+
+        Its free will then wait until ``stream`` has done the work queued on it so far. The allocation's own
+        stream is ignored, as in torch. ``record_stream(0, s)`` does nothing (an empty tensor).
+
+        Raises:
+            InvalidFreeError: ``ptr`` is not a live allocation. InputError: ``stream`` is not an int >= 0.
+        """
+        stream = _checked_stream(stream)
+        if ptr == 0:
+            return
+        block = self._active_blocks.get(_checked_address(ptr))
+        if block is None:
+            raise InvalidFreeError(f"record_stream: no live allocation at address {ptr:#x}")
+        if stream == block.segment.pool.stream:
+            return
+        self.stream_uses.setdefault(block.ptr, set()).add(stream)
+        if self.captures_underway:
+            self._cudagraph_stream_uses.setdefault(block.ptr, set()).add(stream)
+
+    def synchronize(self, stream: int | None = None) -> None:
+        """Let ``stream`` (None: every stream) finish the work queued so far (``torch.cuda.synchronize()``,
+        ``Stream.synchronize()``): the events recorded on it complete.
+
+        Like torch, this changes no stats by itself: the blocks those events held are freed by the next
+        ``malloc`` (``process_events``) or ``empty_cache``.
+        """
+        if stream is None:
+            for s in self.cuda_events:
+                self._stream_done[s] = self._event_seq
+        else:
+            self._stream_done[_checked_stream(stream)] = self._event_seq
+
+    def insert_events(self, block: Block) -> None:
+        """Record one event per stream in ``block.stream_uses`` and clear them (``insert_events``).
+
+        torch's stream set is a hash set, so the order of the events is unspecified; here it is by stream.
+        """
+        ptr = block.ptr
+        streams = self.stream_uses.pop(ptr, ())
+        for stream in sorted(streams):
+            self._event_seq += 1
+            self.event_count[ptr] = self.event_count.get(ptr, 0) + 1
+            events = self.cuda_events.get(stream)
+            if events is None:
+                events = self.cuda_events[stream] = deque()
+            events.append((self._event_seq, block))
+
+    def insert_events_deferred_until_no_capture(self) -> None:
+        """Record the events of frees made during a capture (``insert_events_deferred_until_no_capture``).
+
+        Streams recorded during the capture are dropped (their work is part of the graph); a block left with
+        no stream is freed at once.
+        """
+        deferred = self.needs_events_deferred_until_no_capture
+        if not deferred:
+            return
+        self.needs_events_deferred_until_no_capture = []
+        for block in deferred:
+            ptr = block.ptr
+            during = self._cudagraph_stream_uses.pop(ptr, ())
+            self.stream_uses[ptr] = {s for s in self.stream_uses[ptr] if s not in during}
+            del self.event_count[ptr]
+            self.insert_events(block)
+            if ptr not in self.event_count:
+                self._finish_free(block)
+
+    def process_events(self) -> None:
+        """Finish the frees whose events have all completed (``process_events``), stream by stream and in
+        each stream in event order, stopping at its first event still running."""
+        self.insert_events_deferred_until_no_capture()
+        for stream in list(self.cuda_events):
+            events = self.cuda_events[stream]
+            done = self._stream_done.get(stream, 0)
+            while events and events[0][0] <= done:
+                self._event_done(events.popleft()[1])
+            if not events:
+                del self.cuda_events[stream]
+        self._update_diverting()
+
+    def synchronize_and_free_events(self, owner: PrivatePool | None = None) -> None:
+        """Wait for every outstanding event (of ``owner``'s blocks only, when given) and finish the frees it
+        held (``synchronize_and_free_events``); counts one ``num_sync_all_streams``."""
+        self.stats.num_sync_all_streams += 1
+        self.insert_events_deferred_until_no_capture()
+        for stream in list(self.cuda_events):
+            kept: deque[tuple[int, Block]] = deque()
+            for seq, block in self.cuda_events[stream]:
+                if owner is not None and block.segment.pool.owner is not owner:
+                    kept.append((seq, block))
+                    continue
+                self._event_done(block)
+            if kept:
+                self.cuda_events[stream] = kept
+            else:
+                del self.cuda_events[stream]
+        self._update_diverting()
+
+    def _event_done(self, block: Block) -> None:
+        """``block->event_count--``, and ``free_block`` at 0."""
+        ptr = block.ptr
+        left = self.event_count[ptr] - 1
+        if left:
+            self.event_count[ptr] = left
+        else:
+            del self.event_count[ptr]
+            self._finish_free(block)
+
+    def _finish_free(self, block: Block) -> None:
+        """``free_block`` for a block whose events completed: active and requested bytes drop now."""
+        del self._pending_free[block.ptr]
+        block.allocated = False
+        st = block.segment.pool.stat_type
+        self.stats.change_pending(st, -1, -block.size)
+        self.free_block(block, completed=True)
+
     def _owns(self, ptr: int) -> bool:
         return any(s.ptr <= ptr < s.ptr + s.size for s in self._segments.values())
 
-    def free_block(self, block: Block) -> None:
-        """Return a freed block to its pool, merging it with free neighbours (``free_block``)."""
-        trace_extend = self._trace_extend
-        if trace_extend is not None:
-            # free_requested (torch records it in free) and free_completed, as one "free" entry:
-            # with one stream they are always adjacent and equal; snapshot() writes both
-            trace_extend(("free", block.ptr, block.requested_size))
+    def free_block(self, block: Block, completed: bool = False) -> None:
+        """Return a freed block to its pool, merging it with free neighbours (``free_block``).
+
+        ``completed``: the free waited on events, so ``free_requested`` is already in the trace."""
         segment = block.segment
         pool = segment.pool
+        trace_extend = self._trace_extend
+        if trace_extend is not None:
+            # free_requested (torch records it in free) and free_completed, as one "free" entry when
+            # they are adjacent and equal (always, without record_stream); snapshot() writes both
+            trace_extend(("free_completed" if completed else "free", block.ptr, block.requested_size, pool.stream))
         net_n = 0
         net_b = 0
         keys = pool.keys
@@ -679,32 +982,52 @@ class CachingAllocator:
     def empty_cache(self) -> None:
         """Release every cached segment that is entirely free (``torch.cuda.empty_cache``).
 
-        Counts one ``num_sync_all_streams``. Segments that still hold a live block stay, with their
-        free holes (``inactive_split_bytes``).
+        Waits for every pending cross-stream free first and counts one ``num_sync_all_streams``.
+        Segments that still hold a live block stay, with their free holes (``inactive_split_bytes``);
+        so do the segments of private pools that a graph or ``MemPool`` still holds. During a capture it
+        releases only the pools no one holds.
         """
         self.release_cached_blocks()
 
-    def release_cached_blocks(self) -> bool:
-        """Synchronize, then release all fully free segments, large pool first (``release_cached_blocks``)."""
-        self.stats.num_sync_all_streams += 1  # synchronize_and_free_events
-        self.release_blocks(self.large_blocks)
-        self.release_blocks(self.small_blocks)
+    def release_cached_blocks(self, mempool_id: PoolId = DEFAULT_POOL) -> bool:
+        """Release fully free segments (``release_cached_blocks``).
+
+        For the default ``mempool_id`` (and no capture underway): wait for all events, then release the
+        device's own pools, large first. Then, for each freeable private pool (use_count 0; only
+        ``mempool_id``'s when one is given, after waiting for its events): release its small, then large
+        blocks, and forget the pool once it holds no segment.
+        """
+        if mempool_id == DEFAULT_POOL and not self.captures_underway:
+            self.synchronize_and_free_events()
+            self.release_blocks(self.own_pools.in_order(False))
+            self.release_blocks(self.own_pools.in_order(True))
+        for pool_id, pp in list(self.graph_pools_freeable.items()):
+            if mempool_id != DEFAULT_POOL:
+                if pool_id != mempool_id:
+                    continue
+                self.synchronize_and_free_events(pp)
+            self.release_blocks(pp.pools.in_order(True))
+            self.release_blocks(pp.pools.in_order(False))
+            if pp.cudaMalloc_count == 0:
+                del self.graph_pools[pool_id]
+                del self.graph_pools_freeable[pool_id]
         return True
 
-    def release_blocks(self, pool: BlockPool) -> None:
-        """Release the unsplit free blocks of ``pool`` in (size, address) order; unmap free pages
-        of expandable segments (``release_blocks``)."""
+    def release_blocks(self, pools: list[BlockPool]) -> None:
+        """Release the unsplit free blocks of one torch pool — ``pools``, its streams in ascending order —
+        in (stream, size, address) order; then unmap free pages of expandable segments (``release_blocks``)."""
         to_unmap = []
-        by_key = pool.by_key
-        keys = pool.keys
-        # Smaller blocks can neither be a whole segment nor hold a whole page: skip them.
-        smallest = SMALL_BUFFER if pool.is_small else min(self._large_segment_size, MIN_LARGE_ALLOC)
-        for key in keys[bisect_left(keys, smallest << _SIZE_SHIFT):]:
-            block = by_key[key]
-            if block.segment.expandable:
-                to_unmap.append(block)
-            elif block.prev is None and block.next is None:
-                self.release_block(block)
+        for pool in pools:
+            by_key = pool.by_key
+            keys = pool.keys
+            # Smaller blocks can neither be a whole segment nor hold a whole page: skip them.
+            smallest = SMALL_BUFFER if pool.is_small else min(self._large_segment_size, MIN_LARGE_ALLOC)
+            for key in keys[bisect_left(keys, smallest << _SIZE_SHIFT):]:
+                block = by_key[key]
+                if block.segment.expandable:
+                    to_unmap.append(block)
+                elif block.prev is None and block.next is None:
+                    self.release_block(block)
         for block in to_unmap:
             self.unmap_block(block)
             if block.prev is None and block.next is None:
@@ -716,11 +1039,13 @@ class CachingAllocator:
         stats.num_device_free += 1
         size = block.size
         ptr = block.ptr
-        self._record("segment_free", ptr, size)
+        pool = block.segment.pool
+        self._record("segment_free", ptr, size, pool.stream)
         self._address_space.free(ptr)
         del self._segments[ptr]
         self.total_allocated_memory -= size
-        pool = block.segment.pool
+        if pool.owner is not None:
+            pool.owner.cudaMalloc_count -= 1
         st = pool.stat_type
         decrease_stat(stats, st, SEGMENT, 1)
         decrease_stat(stats, st, RESERVED_BYTES, size)
@@ -776,15 +1101,16 @@ class CachingAllocator:
         if self.total_allocated_memory <= gc_threshold:
             return
         target_size = self.total_allocated_memory - gc_threshold
-        pool = self.large_blocks
-        clock = pool.get_free_blocks_call_count
-        by_key = pool.by_key
-        # the freeable blocks, in pool order: unsplit and not expandable. Releasing one changes no other.
-        # Smaller blocks cannot be a whole large segment (see release_blocks): skip them.
-        keys = pool.keys
+        clock = self.large_blocks.get_free_blocks_call_count  # one clock for all streams (_tick_gc_clock)
+        # the freeable blocks of the device's large pool, in pool order (stream, size, address): unsplit and
+        # not expandable. Releasing one changes no other. Smaller blocks cannot be a whole large segment (see
+        # release_blocks): skip them.
         smallest = min(self._large_segment_size, MIN_LARGE_ALLOC)
-        candidates = [b for b in map(by_key.__getitem__, keys[bisect_left(keys, smallest << _SIZE_SHIFT):])
-                      if b.prev is None and b.next is None and not b.segment.expandable]
+        candidates = []
+        for pool in self.own_pools.in_order(False):
+            keys = pool.keys
+            candidates += [b for b in map(pool.by_key.__getitem__, keys[bisect_left(keys, smallest << _SIZE_SHIFT):])
+                           if b.prev is None and b.next is None and not b.segment.expandable]
         if not candidates:
             return
         total_age = sum(clock - b.gc_count_base for b in candidates)
@@ -804,6 +1130,13 @@ class CachingAllocator:
                 else:
                     kept.append(b)
             candidates = kept
+
+    def _tick_gc_clock(self, pool: BlockPool) -> None:
+        """``++pool.get_free_blocks_call_count``: torch's counter belongs to the whole pool, all streams."""
+        owner = pool.owner
+        pools = (owner.pools if owner is not None else self.own_pools)
+        for q in (pools.small if pool.is_small else pools.large).values():
+            q.get_free_blocks_call_count += 1
 
     # ------------------------------------------------------------------ expandable segments (§9)
 
@@ -878,7 +1211,7 @@ class CachingAllocator:
         stats = self.stats
         increase_stat(stats, pool.stat_type, RESERVED_BYTES, mapped_size)
         stats.num_device_alloc += 1
-        self._record("segment_map", map_ptr, mapped_size)
+        self._record("segment_map", map_ptr, mapped_size, pool.stream)
         return True
 
     def unmap_block(self, block: Block) -> None:
@@ -912,8 +1245,10 @@ class CachingAllocator:
         self.total_allocated_memory -= unmapped_size
         stats = self.stats
         decrease_stat(stats, pool.stat_type, RESERVED_BYTES, unmapped_size)
+        if pool.owner is not None:
+            pool.owner.cudaMalloc_count -= 1
         stats.num_device_free += 1
-        self._record("segment_unmap", begin, unmapped_size)
+        self._record("segment_unmap", begin, unmapped_size, pool.stream)
 
     def release_expandable_segment(self, block: Block) -> None:
         """Drop an expandable segment whose pages are all unmapped (``release_expandable_segment``)."""
@@ -927,12 +1262,19 @@ class CachingAllocator:
     def _raise_oom(self, p: _AllocParams, orig_size: int) -> None:
         stats = self.stats
         device_free = self.device_free_bytes()
-        self._record("oom", device_free, p.size)
+        self._record("oom", device_free, p.size, p.pool.stream)
         stats.num_ooms += 1
         allocated = self.memory_allocated()
         reserved = self.memory_reserved()
+        # free cached bytes of private pools: the message counts them as allocated
+        private = sum(pool.by_key[k].size for pp in self.graph_pools.values() for pool in pp.pools.all()
+                      for k in pool.keys)
+        limit = self.allowed_memory_bytes if self._set_fraction and self.allowed_memory_bytes is not None \
+            else self.total_memory
+        for observer in list(self._oom_observers):
+            observer(0, p.alloc_size, limit, device_free)
         message = _oom_message(p.alloc_size, self.device_name, self.total_memory, device_free, self.context_bytes,
-                               self.allowed_memory_bytes, allocated, reserved)
+                               self.allowed_memory_bytes, allocated, reserved, private)
         raise OutOfMemoryError(message, requested_bytes=orig_size, alloc_size_bytes=p.alloc_size,
                                allocated_bytes=allocated, reserved_bytes=reserved,
                                device_free_bytes=device_free)
@@ -957,29 +1299,111 @@ class CachingAllocator:
         """Return the number of live allocations (``allocation.all.current``)."""
         return len(self._active_blocks)
 
+    def pending_blocks(self) -> list[Block]:
+        """Return the blocks freed but waiting on other streams' events ("active_pending_free"), read-only."""
+        return list(self._pending_free.values())
+
+    def block_pools(self) -> Iterator[BlockPool]:
+        """Yield every free-block pool: the device's own, then each private pool's (read-only)."""
+        yield from self.own_pools.all()
+        for pp in self.graph_pools.values():
+            yield from pp.pools.all()
+
+    # ------------------------------------------------------------------ private pools (CUDA graphs, MemPool)
+
+    def create_or_incref_pool(self, mempool_id: PoolId) -> PrivatePool:
+        """Make the private pool ``mempool_id`` (use_count 1) or add one user to it (``create_or_incref_pool``)."""
+        pool_id = _checked_pool_id(mempool_id)
+        pp = self.graph_pools.get(pool_id)
+        if pp is None:
+            pp = self.graph_pools[pool_id] = PrivatePool(pool_id)
+        else:
+            if pp.use_count == 0:
+                raise InputError(f"pool {pool_id} was released by every user; it can no longer be shared")
+            pp.use_count += 1
+        return pp
+
+    def begin_allocate_to_pool(self, mempool_id: PoolId, accepts: Callable[[int], bool] | None = None) -> None:
+        """Divert the allocations of the streams ``accepts`` takes (None: every stream, as
+        ``use_mem_pool`` does for its thread) into private pool ``mempool_id`` (``beginAllocateToPool``,
+        called by ``CUDAGraph.capture_begin`` and ``use_mem_pool``). Makes the pool or adds a user to it.
+
+        Raises:
+            InputError: allocations already go to that pool.
+        """
+        pool_id = _checked_pool_id(mempool_id)
+        if any(pid == pool_id for pid, _ in self.captures_underway):
+            raise InputError(f"beginAllocateToPool: already recording to mempool_id {pool_id}")
+        self.create_or_incref_pool(pool_id)
+        self.captures_underway.append((pool_id, accepts if accepts is not None else _every_stream))
+        self._diverting = True
+
+    def end_allocate_to_pool(self, mempool_id: PoolId) -> None:
+        """Stop diverting allocations into ``mempool_id`` (``endAllocateToPool``).
+
+        Raises:
+            InputError: no capture or ``use_mem_pool`` is recording to it.
+        """
+        pool_id = _checked_pool_id(mempool_id)
+        for i, (pid, _) in enumerate(self.captures_underway):
+            if pid == pool_id:
+                del self.captures_underway[i]
+                self._update_diverting()
+                return
+        raise InputError(f"endAllocatePool: not currently recording to mempool_id {pool_id}")
+
+    def release_pool(self, mempool_id: PoolId) -> None:
+        """Drop one user of private pool ``mempool_id`` (``releasePool``: a graph reset or deleted, a ``MemPool``
+        deleted, a ``use_mem_pool`` left). At 0 users ``empty_cache`` may release its free segments.
+
+        Raises:
+            InputError: no such pool, or it has no user left.
+        """
+        pool_id = _checked_pool_id(mempool_id)
+        pp = self.graph_pools.get(pool_id)
+        if pp is None or pp.use_count == 0:
+            raise InputError(f"releasePool: pool {pool_id} is not in use")
+        pp.use_count -= 1
+        if pp.use_count == 0:
+            self.graph_pools_freeable[pool_id] = pp
+
+    def empty_pool_cache(self, mempool_id: PoolId) -> None:
+        """``emptyCache(mempool_id)`` (what deleting a ``MemPool`` runs after ``releasePool``): wait for the
+        pool's events, release its free segments if no one holds it any more."""
+        self.release_cached_blocks(_checked_pool_id(mempool_id))
+
     def trace_entries(self) -> Iterator[tuple[str, int, int, int | None]]:
         """Yield the recorded history as ``(action, addr, size, time_us)``, oldest first.
 
-        One ``"free"`` entry stands for torch's ``free_requested`` + ``free_completed`` pair; an ``"oom"``
-        entry's ``addr`` is the device's free bytes. ``time_us`` is None without a ``clock``. Empty when
-        the allocator was made with ``record_history=False``.
+        One ``"free"`` entry stands for torch's ``free_requested`` + ``free_completed`` pair (a free that
+        waited on events has the two apart); an ``"oom"`` entry's ``addr`` is the device's free bytes.
+        ``time_us`` is None without a ``clock``. Empty when the allocator was made with ``record_history=False``.
         """
-        flat = self._trace  # action, addr, size of each entry in turn
+        for action, addr, size, _, time_us in self.trace_records():
+            yield action, addr, size, time_us
+
+    def trace_records(self) -> Iterator[tuple[str, int, int, int, int | None]]:
+        """Yield the recorded history as ``(action, addr, size, stream, time_us)`` (:meth:`trace_entries` with
+        each entry's stream)."""
+        flat = self._trace  # action, addr, size, stream of each entry in turn
         times = self._trace_times
-        for k in range(0, len(flat), 3):
-            yield flat[k], flat[k + 1], flat[k + 2], None if times is None else times[k // 3]
+        for k in range(0, len(flat), 4):
+            yield flat[k], flat[k + 1], flat[k + 2], flat[k + 3], None if times is None else times[k // 4]
 
     def snapshot(self, *, record: bool = True) -> dict[str, Any]:
         """Return a dict shaped like ``torch.cuda.memory._snapshot()``.
 
         Keys: ``segments`` (sorted by address; one per contiguous mapped range of an expandable
-        segment), ``device_traces`` (one list of trace entries for the one device),
-        ``allocator_settings`` and ``external_annotations``. Adds a ``snapshot`` trace entry first, as
-        torch does, unless ``record=False`` (for exporting a state without changing its history).
+        segment; each with its ``stream`` and ``segment_pool_id``), ``device_traces`` (one list of trace
+        entries for the one device), ``allocator_settings`` and ``external_annotations``. As torch does, the
+        trace is collected first and then a ``snapshot`` entry (size: the active bytes) is recorded, so it
+        shows in the next snapshot; ``record=False`` records none (exporting a state without changing its
+        history).
         """
+        out = build_snapshot(self.iter_segments(), self.trace_records(), self.config, self._pending_free)
         if record:
-            self._record("snapshot", 0, self.memory_allocated())
-        return build_snapshot(self.iter_segments(), self.trace_entries(), self.config)
+            self._record("snapshot", 0, sum(seg["active_size"] for seg in out["segments"]))
+        return out
 
     def segments(self) -> list[dict[str, Any]]:
         """Return ``snapshot()["segments"]`` alone: no trace entries are built and none is recorded.
@@ -987,7 +1411,7 @@ class CachingAllocator:
         What a live view reads on every redraw: ``snapshot()`` turns the whole trace into dicts, which grows
         with every event since the start.
         """
-        return build_segments(self.iter_segments())
+        return build_segments(self.iter_segments(), self._pending_free)
 
     def memory_summary(self, abbreviated: bool = False) -> str:
         """Return the ``torch.cuda.memory_summary()`` table for this allocator's stats."""
@@ -1004,18 +1428,21 @@ class CachingAllocator:
 
 
 def _oom_message(alloc_size: int, device_name: str, total_memory: int, device_free: int, context_bytes: int,
-                 allowed: int | None, allocated: int, reserved: int) -> str:
-    """Return torch 2.11's OOM text (``DeviceCachingAllocator::malloc``); all sizes in bytes."""
+                 allowed: int | None, allocated: int, reserved: int, private: int = 0) -> str:
+    """Return torch 2.11's OOM text (``DeviceCachingAllocator::malloc``); all sizes in bytes. ``private``:
+    free bytes cached in private pools (shown as allocated "in private pools")."""
     proc_info = ""
     if context_bytes:
         proc_info = ("Including non-PyTorch memory, this process has "
                      f"{format_size(context_bytes + reserved)} memory in use. ")
     allowed_info = f"{format_size(allowed)} allowed; " if allowed is not None else ""
+    private_info = f"with {format_size(private)} allocated in private pools (e.g., CUDA Graphs), " if private else ""
     return (
         f"CUDA out of memory. Tried to allocate {format_size(alloc_size)}. {device_name} has a "
         f"total capacity of {format_size(total_memory)} of which {format_size(device_free)} is "
-        f"free. {proc_info}{allowed_info}Of the allocated memory {format_size(allocated)} is allocated "
-        f"by PyTorch, and {format_size(reserved - allocated)} is reserved by PyTorch but unallocated. "
+        f"free. {proc_info}{allowed_info}Of the allocated memory {format_size(allocated + private)} is allocated "
+        f"by PyTorch, {private_info}and {format_size(reserved - allocated - private)} is reserved by PyTorch but "
+        "unallocated. "
         "If reserved but unallocated memory is large try setting "
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation "
         "for Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html"

@@ -2,8 +2,10 @@
 
 A :class:`Block` is a contiguous byte range of a :class:`Segment`; the blocks of a segment form a
 doubly linked list in address order (``prev`` / ``next``). A :class:`BlockPool` keeps the free,
-mapped blocks ordered like ``BlockComparatorSize`` — by (size, address), one stream only — as a
-sorted list of integer keys ``size << ADDR_BITS | ptr``, so best fit is one ``bisect_left``.
+mapped blocks of one stream ordered like ``BlockComparatorSize`` — by (size, address) — as a sorted
+list of integer keys ``size << ADDR_BITS | ptr``, so best fit is one ``bisect_left``. torch keeps all
+streams in one set ordered by (stream, size, address) and stops a search at the first block of another
+stream; one :class:`BlockPool` per (pool, stream) is the same search (see :mod:`memviz.sim.pools`).
 """
 
 from __future__ import annotations
@@ -44,9 +46,16 @@ class Block:
         size: bytes, a multiple of 512. ptr: address.
         requested_size: the unrounded request of the *last* allocation that used this object; kept
             (stale) after the block is freed, as torch does.
-        allocated: in use by a tensor. mapped: backed by memory (always True outside expandable segments).
+        allocated: in use by a tensor, or freed and waiting on other streams' events ("active_pending_free",
+            see ``CachingAllocator.pending_blocks``). torch clears ``allocated`` there and keeps ``event_count``
+            above 0; every rule that reads either (best fit, merging, expandable growth) treats both alike —
+            the block is neither reused nor merged — so one flag serves, and the hot paths check no more.
+        mapped: backed by memory (always True outside expandable segments).
         prev, next: neighbours in the same segment. segment: the owning :class:`Segment`.
         gc_count_base: the pool's ``get_free_blocks_call_count`` when the block was last freed.
+
+    A block's ``stream_uses`` and ``event_count`` live in the allocator (by address), touched only by programs
+    that call ``record_stream``.
     """
 
     __slots__ = ("allocated", "gc_count_base", "mapped", "next", "prev", "ptr", "requested_size", "segment",
@@ -88,19 +97,24 @@ class Block:
 
 
 class BlockPool:
-    """The free blocks of one pool, small or large (``BlockPool``).
+    """The free blocks of one pool, small or large, on one stream (``BlockPool``).
 
-    ``keys`` is sorted by (size, ptr); ``by_key`` maps each key to its block. ``unmapped`` holds the
+    ``stream`` is the allocation stream of every block in it (0: the default stream); ``owner`` the
+    :class:`~memviz.sim.pools.PrivatePool` it belongs to (``owner_PrivatePool``; None for the device's
+    own pools). ``keys`` is sorted by (size, ptr); ``by_key`` maps each key to its block. ``unmapped`` holds the
     unmapped blocks of expandable segments in address order (``BlockComparatorAddress``).
     Insert and remove cost O(log n) to find plus O(n) memmove, fast for the few thousand free
     blocks a real program keeps.
     """
 
-    __slots__ = ("by_key", "get_free_blocks_call_count", "is_small", "keys", "stat_type", "unmapped")
+    __slots__ = ("by_key", "get_free_blocks_call_count", "is_small", "keys", "owner", "stat_type", "stream",
+                 "unmapped")
 
-    def __init__(self, is_small: bool, stat_type: int) -> None:
+    def __init__(self, is_small: bool, stat_type: int, stream: int = 0, owner: object = None) -> None:
         self.is_small = is_small
         self.stat_type = stat_type
+        self.stream = stream
+        self.owner = owner
         self.keys: list[int] = []
         self.by_key: dict[int, Block] = {}
         self.unmapped: list[tuple[int, Block]] = []

@@ -6,7 +6,7 @@ an expandable segment is reported as one segment per contiguous *mapped* range, 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from typing import Any
 
 from .blocks import Block, Segment
@@ -37,28 +37,34 @@ def _segment_runs(segments: Iterable[Segment]) -> list[tuple[Segment, list[Block
     return runs
 
 
-def build_segments(segments: Iterable[Segment]) -> list[dict[str, Any]]:
-    """Build ``_snapshot()["segments"]`` from the allocator's segments (``CachingAllocator.iter_segments()``)."""
+def build_segments(segments: Iterable[Segment], pending: Container[int] = ()) -> list[dict[str, Any]]:
+    """Build ``_snapshot()["segments"]`` from the allocator's segments (``CachingAllocator.iter_segments()``);
+    ``pending``: the addresses of frees waiting on events (their blocks are "active_pending_free")."""
     out = []
     for seg, blocks in _segment_runs(segments):
         bl = []
-        allocated = requested = 0
+        allocated = active = requested = 0
         for b in blocks:
+            state = ("inactive" if not b.allocated else "active_pending_free" if b.ptr in pending
+                     else "active_allocated")
             bl.append({"address": b.ptr, "size": b.size, "requested_size": b.requested_size,
-                       "state": "active_allocated" if b.allocated else "inactive", "frames": []})
-            if b.allocated:
+                       "state": state, "frames": []})
+            if state == "active_allocated":
                 allocated += b.size
+            if state != "inactive":
+                active += b.size
                 requested += b.requested_size
+        pool = seg.pool
         out.append({
             "device": 0,
             "address": blocks[0].ptr,
             "total_size": sum(b.size for b in blocks),
             "allocated_size": allocated,
-            "active_size": allocated,
+            "active_size": active,
             "requested_size": requested,
-            "stream": 0,
-            "segment_type": "small" if seg.pool.is_small else "large",
-            "segment_pool_id": (0, 0),
+            "stream": pool.stream,
+            "segment_type": "small" if pool.is_small else "large",
+            "segment_pool_id": pool.owner.id if pool.owner is not None else (0, 0),
             "is_expandable": seg.expandable,
             "frames": [],
             "blocks": bl,
@@ -66,13 +72,13 @@ def build_segments(segments: Iterable[Segment]) -> list[dict[str, Any]]:
     return out
 
 
-def build_trace(entries: Iterable[tuple[str, int, int, int | None]]) -> list[dict[str, Any]]:
-    """Build one device's ``device_traces`` list from ``CachingAllocator.trace_entries()``.
+def build_trace(entries: Iterable[tuple[str, int, int, int, int | None]]) -> list[dict[str, Any]]:
+    """Build one device's ``device_traces`` list from ``CachingAllocator.trace_records()``.
 
     Entries without a time are numbered 0, 1, ... in trace order (deterministic traces).
     """
     trace: list[dict[str, Any]] = []
-    for action, addr, size, time_us in entries:
+    for action, addr, size, stream, time_us in entries:
         # one "free" entry stands for free_requested + free_completed (see CachingAllocator.free_block)
         for act in (("free_requested", "free_completed") if action == "free" else (action,)):
             d: dict[str, Any] = {"action": act}
@@ -80,7 +86,7 @@ def build_trace(entries: Iterable[tuple[str, int, int, int | None]]) -> list[dic
                 d["device_free"] = addr
             else:
                 d["addr"] = addr
-            d.update(size=size, stream=0, time_us=time_us if time_us is not None else len(trace),
+            d.update(size=size, stream=stream, time_us=time_us if time_us is not None else len(trace),
                      compile_context="N/A", user_metadata="")
             trace.append(d)
     return trace
@@ -101,8 +107,11 @@ def allocator_settings(cfg: AllocatorConfig) -> dict[str, Any]:
     }
 
 
-def build_snapshot(segments: Iterable[Segment], entries: Iterable[tuple[str, int, int, int | None]],
-                   cfg: AllocatorConfig) -> dict[str, Any]:
-    """Build the ``_snapshot()`` dict: segments, device_traces, allocator_settings, external_annotations."""
-    return {"segments": build_segments(segments), "device_traces": [build_trace(entries)],
+def build_snapshot(segments: Iterable[Segment], entries: Iterable[tuple[str, int, int, int, int | None]],
+                   cfg: AllocatorConfig, pending: Container[int] = ()) -> dict[str, Any]:
+    """Build the ``_snapshot()`` dict: segments, device_traces, allocator_settings, external_annotations.
+
+    The trace is read before the segments, as torch's ``snapshot()`` does."""
+    trace = build_trace(entries)
+    return {"segments": build_segments(segments, pending), "device_traces": [trace],
             "allocator_settings": allocator_settings(cfg), "external_annotations": []}

@@ -56,7 +56,7 @@ AGGREGATE, SMALL_POOL, LARGE_POOL = 0, 1, 2  # StatType::AGGREGATE, SMALL_POOL, 
 
 # StatArray families: COUNT = number of blocks/segments, SUM = bytes.
 ARRAY_FAMILIES = (
-    "active",  # COUNT: allocated or pending-free blocks (equal to allocation here: no cross-stream frees)
+    "active",  # COUNT: allocated or pending-free blocks (a free waiting on record_stream's events)
     "active_bytes",  # SUM: bytes of active blocks
     "allocated_bytes",  # SUM: bytes of allocated blocks (rounded sizes)
     "allocation",  # COUNT: allocated blocks
@@ -69,11 +69,12 @@ ARRAY_FAMILIES = (
 OVERSIZE_FAMILIES = ("oversize_allocations", "oversize_segments")  # COUNT: blocks/segments >= max_split_size
 SCALARS = ("max_split_size", "num_alloc_retries", "num_device_alloc", "num_device_free", "num_ooms",
            "num_sync_all_streams")
+OOM_REJECTIONS = "num_oom_rejections"  # torch 2.12+: the 123rd key (sorts just before num_ooms)
 
 # Slot of each stored family's *current* value in a counter list; peak is the next slot, total the
-# one after (ALLOCATION_PEAK == ALLOCATION + 1, ...). active / active_bytes are not stored: without
-# record_stream a block stops being active in the call that frees it, so they equal allocation /
-# allocated_bytes.
+# one after (ALLOCATION_PEAK == ALLOCATION + 1, ...). active / active_bytes are not stored: they are
+# allocation / allocated_bytes plus the frees pending on other streams' events (DeviceStats.pending),
+# which only record_stream makes.
 (ALLOCATION, ALLOCATION_PEAK, ALLOCATION_TOTAL,
  ALLOCATED_BYTES, ALLOCATED_BYTES_PEAK, ALLOCATED_BYTES_TOTAL,
  REQUESTED_BYTES, REQUESTED_BYTES_PEAK, REQUESTED_BYTES_TOTAL,
@@ -132,10 +133,14 @@ class DeviceStats:
         num_alloc_retries, num_device_alloc, num_device_free, num_ooms, num_sync_all_streams: counts.
         max_split_size: bytes, fixed at construction (-1 when unlimited).
         accumulated_resets: how many times ``reset_accumulated`` ran (0: the totals count from the start).
+        pending: by stat type, ``[blocks, bytes, active peak, active_bytes peak, blocks at reset, bytes at
+            reset]`` of frees waiting on events; active = allocation + pending blocks (and bytes), its peak
+            the larger of allocation's and the one kept here while frees were pending.
     """
 
     __slots__ = ("_base", "accumulated_resets", "agg", "large", "max_split_size", "num_alloc_retries",
-                 "num_device_alloc", "num_device_free", "num_ooms", "num_sync_all_streams", "pool", "pools", "small")
+                 "num_device_alloc", "num_device_free", "num_ooms", "num_sync_all_streams", "pending", "pool", "pools",
+                 "small")
 
     def __init__(self, max_split_size: int) -> None:
         self.small = [0] * _N_POOL_SLOTS
@@ -153,6 +158,29 @@ class DeviceStats:
         self.num_ooms = 0
         self.num_sync_all_streams = 0
         self.accumulated_resets = 0  # reset_accumulated() calls: totals count from the last one
+        self.pending = ([0] * 6, [0] * 6, [0] * 6)
+
+    def change_pending(self, stat_type: int, blocks: int, nbytes: int) -> None:
+        """A free starts (+1, +bytes) or ends (-1, -bytes) waiting on events, in pool ``stat_type``."""
+        for t in (AGGREGATE, stat_type):
+            p = self.pending[t]
+            p[0] += blocks
+            p[1] += nbytes
+
+    def note_active_peak(self, stat_type: int) -> None:
+        """After an allocation while frees are pending: raise active's peaks to active's current values."""
+        for t in (AGGREGATE, stat_type):
+            p = self.pending[t]
+            if t == AGGREGATE:
+                n = self.small[ALLOCATION] + self.large[ALLOCATION]
+                b = self.small[ALLOCATED_BYTES] + self.large[ALLOCATED_BYTES]
+            else:
+                s = self.pool[t]
+                n, b = s[ALLOCATION], s[ALLOCATED_BYTES]
+            if n + p[0] > p[2]:
+                p[2] = n + p[0]
+            if b + p[1] > p[3]:
+                p[3] = b + p[1]
 
     def get(self, family: str, stat_type: int = AGGREGATE) -> dict[str, int]:
         """Return one stat as torch names its fields: ``{"current", "peak", "allocated", "freed"}``.
@@ -175,6 +203,12 @@ class DeviceStats:
                 s = self.pool[stat_type]
                 current, peak, total = s[slot], s[slot + 1], s[slot + 2]
                 base = self._base[stat_type][slot]
+            if family in ("active", "active_bytes"):
+                p = self.pending[stat_type]
+                k = 0 if family == "active" else 1
+                current += p[k]
+                peak = max(peak, p[2 + k])
+                base += p[4 + k]
         return {"current": current, "peak": peak, "allocated": total, "freed": total - current + base}
 
     def reset_peak(self) -> None:
@@ -186,6 +220,9 @@ class DeviceStats:
             agg[slot + 1] = small[slot] + large[slot]
         for slot in (OVERSIZE_ALLOCATIONS, OVERSIZE_SEGMENTS):
             agg[slot + 1] = agg[slot]
+        for t, p in enumerate(self.pending):
+            p[2] = self.get("active", t)["current"]
+            p[3] = self.get("active_bytes", t)["current"]
 
     def reset_accumulated(self) -> None:
         """``resetAccumulatedStats``: allocated = freed = 0 and the event counters to 0."""
@@ -193,12 +230,15 @@ class DeviceStats:
             for slot in range(0, len(s), 3):
                 s[slot + 2] = 0
                 b[slot] = s[slot]  # freed = total - current + base = 0
+        for p in self.pending:
+            p[4], p[5] = p[0], p[1]
         self.num_alloc_retries = self.num_device_alloc = self.num_device_free = 0
         self.num_ooms = self.num_sync_all_streams = 0
         self.accumulated_resets += 1
 
-    def as_dict(self) -> dict[str, int]:
-        """Return the flat, key-sorted dict that ``torch.cuda.memory_stats()`` returns (122 keys in 2.11)."""
+    def as_dict(self, oom_rejections: bool = False) -> dict[str, int]:
+        """Return the flat, key-sorted dict that ``torch.cuda.memory_stats()`` returns (122 keys in 2.11;
+        with ``oom_rejections``, torch 2.12+'s 123: ``num_oom_rejections``, 0 here)."""
         get = self.get
         values: list[int] = []
 
@@ -216,7 +256,11 @@ class DeviceStats:
             values.extend((d["allocated"], d["current"], d["freed"], d["peak"]))
         for family in ARRAY_FAMILIES[6:]:
             array(family)
-        return dict(zip(_KEYS, values, strict=True))
+        out = dict(zip(_KEYS, values, strict=True))
+        if oom_rejections:
+            out[OOM_REJECTIONS] = 0
+            out = dict(sorted(out.items()))
+        return out
 
 
 def _sorted_keys() -> tuple[str, ...]:

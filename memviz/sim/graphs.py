@@ -1,0 +1,163 @@
+"""CUDA graphs and ``MemPool`` on a simulated allocator, named and shaped like torch's.
+
+torch's Python objects drive four allocator calls — ``beginAllocateToPool``, ``endAllocateToPool``,
+``releasePool`` and ``emptyCache(mempool_id)`` — and these wrappers make the same calls on a
+:class:`~memviz.sim.CachingAllocator` (see ``CUDAGraph::capture_begin`` / ``capture_end`` / ``reset`` and
+``MemPool`` in torch/csrc/cuda)::
+
+    >>> from memviz.sim import CachingAllocator, CUDAGraph, MemPool, graph, use_mem_pool
+    >>> a = CachingAllocator(80 << 30)
+    >>> g = CUDAGraph(a)
+    >>> with graph(a, g):                       # torch.cuda.graph(g): empty_cache, capture on a side stream
+    ...     out = a.malloc(8 << 20, stream=g.capture_stream)
+    >>> a.empty_cache(); a.memory_reserved() >> 20     # the graph holds its pool
+    20
+    >>> pool = MemPool(a)
+    >>> with use_mem_pool(a, pool):
+    ...     x = a.malloc(1 << 20)
+    >>> sorted(seg["segment_pool_id"] for seg in a.segments())
+    [(0, 1), (1, 0)]
+
+Pool ids follow torch: ``MemPool()`` and ``graph_pool_handle()`` give ``(0, n)`` from one counter, a
+capture without ``pool=`` makes ``(n, 0)`` from another, each starting at 1 per allocator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from memviz.errors import InputError
+
+from .pools import PoolId
+
+if TYPE_CHECKING:
+    from .allocator import CachingAllocator
+
+__all__ = ["DEFAULT_CAPTURE_STREAM", "CUDAGraph", "MemPool", "graph", "graph_pool_handle", "use_mem_pool"]
+
+DEFAULT_CAPTURE_STREAM = 7  # the side stream torch.cuda.graph captures on unless told (any id the program leaves free)
+
+
+def graph_pool_handle(allocator: CachingAllocator) -> PoolId:
+    """Return a new pool id for graphs to share, ``(0, n)`` (``torch.cuda.graph_pool_handle()``; the same counter
+    as ``MemPool()``); the pool itself is made by the first capture into it."""
+    allocator.pool_uid += 1
+    return (0, allocator.pool_uid)
+
+
+class MemPool:
+    """``torch.cuda.MemPool()``: a private pool a program allocates into with :func:`use_mem_pool`.
+
+    Made with one user (itself). :meth:`release` is what deleting the torch object does: ``releasePool``,
+    then ``emptyCache(id)``, which frees the pool's free segments once nothing else holds it.
+    """
+
+    def __init__(self, allocator: CachingAllocator) -> None:
+        self._allocator = allocator
+        allocator.pool_uid += 1
+        self.id: PoolId = (0, allocator.pool_uid)
+        allocator.create_or_incref_pool(self.id)
+        self._released = False
+
+    def use_count(self) -> int:
+        """Users of the pool: this object, plus every ``use_mem_pool`` context and graph using it."""
+        pp = self._allocator.graph_pools.get(self.id)
+        return pp.use_count if pp is not None else 0
+
+    def release(self) -> None:
+        """Drop this object's hold (``~MemPool``: ``releasePool`` then ``emptyCache(id)``); once only.
+
+        Raises:
+            InputError: called twice.
+        """
+        if self._released:
+            raise InputError(f"MemPool {self.id} was already released")
+        self._released = True
+        self._allocator.release_pool(self.id)
+        self._allocator.empty_pool_cache(self.id)
+
+
+@contextmanager
+def use_mem_pool(allocator: CachingAllocator, pool: MemPool) -> Iterator[None]:
+    """``torch.cuda.use_mem_pool(pool)``: every allocation inside goes to ``pool`` (any stream: torch routes by
+    thread). On exit, ``endAllocateToPool`` and ``releasePool`` (the context's own hold)."""
+    if not isinstance(pool, MemPool):
+        raise InputError(f"use_mem_pool takes a memviz.sim.MemPool, not {type(pool).__name__}")
+    allocator.begin_allocate_to_pool(pool.id)
+    try:
+        yield
+    finally:
+        allocator.end_allocate_to_pool(pool.id)
+        allocator.release_pool(pool.id)
+
+
+class CUDAGraph:
+    """``torch.cuda.CUDAGraph``: what a capture does to the allocator.
+
+    During the capture, allocations made on the capture stream go to the graph's private pool; the pool
+    outlives the capture, held by the graph until :meth:`reset` (deleting the graph). Replays allocate
+    nothing.
+    """
+
+    def __init__(self, allocator: CachingAllocator) -> None:
+        self._allocator = allocator
+        self._pool: PoolId | None = None
+        self.capture_stream = DEFAULT_CAPTURE_STREAM
+        self._capturing = False
+
+    def capture_begin(self, pool: PoolId | None = None, stream: int = DEFAULT_CAPTURE_STREAM) -> None:
+        """Start capturing on ``stream`` into ``pool`` (another graph's ``pool()`` or a ``graph_pool_handle``;
+        None: a new pool). Raises InputError if this graph was captured already."""
+        if self._pool is not None:
+            raise InputError("this CUDAGraph was captured already; reset() it first")
+        if pool is None:
+            self._allocator.capture_uuid += 1
+            pool_id: PoolId = (self._allocator.capture_uuid, 0)
+        else:
+            pool_id = pool
+        self._allocator.begin_allocate_to_pool(pool_id, lambda s, capture=stream: s == capture)
+        self._pool = pool_id
+        self.capture_stream = stream
+        self._capturing = True
+
+    def capture_end(self) -> None:
+        """End the capture (``endAllocateToPool``). Raises InputError when not capturing."""
+        if not self._capturing:
+            raise InputError("capture_end() without capture_begin()")
+        self._allocator.end_allocate_to_pool(self._pool)
+        self._capturing = False
+
+    def pool(self) -> PoolId:
+        """The id of the graph's pool, to share it with the next capture (``graph.pool()``)."""
+        if self._pool is None:
+            raise InputError("pool() of a graph that was never captured")
+        return self._pool
+
+    def replay(self) -> None:
+        """Run the graph: the allocator sees nothing."""
+
+    def reset(self) -> None:
+        """Delete the graph's executable (``CUDAGraph::reset``, also run when the graph is deleted): release
+        its hold on the pool. A graph never captured, or reset already, does nothing."""
+        if self._pool is None:
+            return
+        if self._capturing:
+            self.capture_end()
+        self._allocator.release_pool(self._pool)
+        self._pool = None
+
+
+@contextmanager
+def graph(allocator: CachingAllocator, cuda_graph: CUDAGraph, pool: PoolId | None = None,
+          stream: int = DEFAULT_CAPTURE_STREAM) -> Iterator[CUDAGraph]:
+    """``torch.cuda.graph(cuda_graph, pool=None, stream=None)``: synchronize, ``empty_cache()``, then capture on
+    ``stream`` until the block ends."""
+    allocator.synchronize()
+    allocator.empty_cache()
+    cuda_graph.capture_begin(pool, stream)
+    try:
+        yield cuda_graph
+    finally:
+        cuda_graph.capture_end()
