@@ -180,4 +180,4 @@ def test_freeing_a_group_of_262144_tensors_is_linear():
     free_s = time.process_time() - start
     assert len(event.names) == 262_144 and len(lab) == 0 and not lab.groups
     assert lab.stats()["allocated_bytes.all.current"] == 0
-    assert free_s < allocate_s, (free_s, allocate_s)  # linear: about 0.6 of it; quadratic: about 2 times
+    assert free_s < allocate_s, (free_s, allocate_s)  # measured: linear 0.6 of it; the quadratic code 1.6 times
