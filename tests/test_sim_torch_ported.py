@@ -366,30 +366,6 @@ def test_side_stream_cache_does_not_serve_default_stream() -> None:
 # ---------------------------------------------------------------------------------------- CUDA graphs
 
 
-def _graph_program(a: CachingAllocator, g: CUDAGraph, numel: int, s: int) -> tuple[int, int, list[int]]:
-    """The program of test_graph_memory_stats_and_use_result_after_destroy_graph up to the capture's end.
-
-    ``a = torch.ones(numel)`` on ``s``; capture_begin, whose default generator registers the graph and makes its
-    two one-element seed/offset holders on the current stream, outside the graph's pool (the source's comment:
-    "one from b plus a sneaky two from CUDAGraph's one-element rng seed and offset holders"); then
-    ``b = a.clone()`` and five ``b = b.clone() + 1`` (clone, add, the clone dies, the old b dies).
-    Returns a, b and the holders.
-    """
-    nbytes = numel * FLOAT
-    x = a.malloc(nbytes, stream=s)
-    holders = [a.malloc(8, stream=s), a.malloc(8, stream=s)]
-    g.capture_begin(stream=s)
-    b = a.malloc(nbytes, stream=s)
-    for _ in range(5):
-        c = a.malloc(nbytes, stream=s)
-        d = a.malloc(nbytes, stream=s)
-        a.free(c)
-        a.free(b)
-        b = d
-    g.capture_end()
-    return x, b, holders
-
-
 def _round_large(n: int) -> int:
     return kRoundLarge * ((n + kRoundLarge - 1) // kRoundLarge)
 
@@ -419,10 +395,12 @@ def test_graph_memory_stats_and_use_result_after_destroy_graph(conf: str) -> Non
         else:
             d_active_blocks, d_active_bytes = 1, numel * FLOAT
         g = CUDAGraph(a)
-        pre = None
         nbytes = numel * FLOAT
-        x = a.malloc(nbytes, stream=s)
+        x = a.malloc(nbytes, stream=s)  # a = torch.ones((numel,)) on s
         pre = a.memory_stats()
+        # capture_begin: the default generator registers the graph and makes its one-element seed and offset
+        # holders on the current stream, outside the graph's pool ("a sneaky two from CUDAGraph's one-element
+        # rng seed and offset holders", as the source says); then b = a.clone() and five b = b.clone() + 1
         holders = [a.malloc(8, stream=s), a.malloc(8, stream=s)]
         g.capture_begin(stream=s)
         b = a.malloc(nbytes, stream=s)
