@@ -163,6 +163,7 @@ def _seg(**over):
         ({"segments": [_seg(blocks=[{"size": "big", "state": "inactive"}])]}, r"blocks\[0\]: 'size' must be"),
         ({"segments": [_seg(blocks=[{"address": 0, "size": 2097152, "state": "inactive"}])]}, "does not start"),
         ({"segments": [_seg(segment_type="huge")]}, "'segment_type'"),
+        ({"segments": [_seg(is_expandable="yes")]}, "'is_expandable' must be True or False, got 'yes'"),
         ({"segments": [], "device_traces": [[{"action": "alloc", "addr": "0x10", "size": 4}]]},
          r"device_traces\[0\]\[0\] \(alloc\): 'addr'"),
         ({"segments": [], "device_traces": [[{"action": 7}]]}, r"'action' must be a string"),

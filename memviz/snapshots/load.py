@@ -436,7 +436,10 @@ def _segment(seg: Any, where: str, once: _Once, owned: bool) -> dict[str, Any]:
     if kind not in ("small", "large"):
         raise SnapshotError(f"{where}: 'segment_type' must be 'small' or 'large', got {_show(kind)}")
     out["segment_type"] = kind
-    out.setdefault("is_expandable", False)
+    expandable = seg.get("is_expandable", False)
+    if type(expandable) is not bool:
+        raise SnapshotError(f"{where}: 'is_expandable' must be True or False, got {_show(expandable)}")
+    out["is_expandable"] = expandable
     offset = address
     allocated = active = requested = 0
     new_blocks = blocks if owned else []
