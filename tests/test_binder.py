@@ -51,9 +51,3 @@ def test_readme_links_binder_to_lesson_one():
 def test_python_version_of_this_run_is_supported():
     assert Version(".".join(map(str, sys.version_info[:3]))) in REQUIRES_PYTHON
 
-
-def test_readme_lessons_table_lists_every_lesson_binder_opens():
-    lessons = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-    rows = re.findall(r"^\| (\d+) \| `(\d\d_\w+)` \|", (ROOT / "README.md").read_text(), flags=re.M)
-    assert [name for _, name in rows] == lessons
-    assert [int(number) for number, _ in rows] == list(range(1, len(lessons) + 1))
