@@ -824,6 +824,34 @@ class CachingAllocator:
                 del self.cuda_events[stream]
         self._update_diverting()
 
+    def is_pending_free(self, ptr: int) -> bool:
+        """Whether ``ptr`` was freed and waits on other streams' events."""
+        return ptr in self._pending_free
+
+    def complete_free(self, ptr: int) -> None:
+        """Finish now the free of ``ptr`` that waits on events, as if every stream it waits on were done (what
+        a replay of a recorded ``free_completed`` does; its events are dropped).
+
+        Raises:
+            InvalidFreeError: no free of ``ptr`` is waiting.
+        """
+        block = self._pending_free.get(ptr)
+        if block is None:
+            raise InvalidFreeError(f"complete_free: no free of {ptr:#x} waits on events")
+        if block in self.needs_events_deferred_until_no_capture:
+            self.needs_events_deferred_until_no_capture.remove(block)
+            self.stream_uses.pop(ptr, None)
+            self._cudagraph_stream_uses.pop(ptr, None)
+        for stream in list(self.cuda_events):
+            events = deque(e for e in self.cuda_events[stream] if e[1] is not block)
+            if events:
+                self.cuda_events[stream] = events
+            else:
+                del self.cuda_events[stream]
+        del self.event_count[ptr]
+        self._finish_free(block)
+        self._update_diverting()
+
     def synchronize_and_free_events(self, owner: PrivatePool | None = None) -> None:
         """Wait for every outstanding event (of ``owner``'s blocks only, when given) and finish the frees it
         held (``synchronize_and_free_events``); counts one ``num_sync_all_streams``."""

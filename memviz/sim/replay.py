@@ -28,27 +28,37 @@ from memviz.errors import InputError, OutOfMemoryError
 if TYPE_CHECKING:
     from .allocator import CachingAllocator
 
-__all__ = ["EMPTY_CACHE", "FREE", "MALLOC", "OP_KINDS", "PROBE", "Op", "ReplayOutcome", "replay"]
+__all__ = ["EMPTY_CACHE", "FREE", "FREE_COMPLETED", "FREE_REQUESTED", "MALLOC", "OP_KINDS", "PROBE",
+           "REPLAY_WAIT_STREAM", "Op", "ReplayOutcome", "replay"]
 
 MALLOC, FREE, EMPTY_CACHE, PROBE = "malloc", "free", "empty_cache", "probe"
-OP_KINDS = (MALLOC, FREE, EMPTY_CACHE, PROBE)
+FREE_REQUESTED, FREE_COMPLETED = "free_requested", "free_completed"
+OP_KINDS = (MALLOC, FREE, EMPTY_CACHE, PROBE, FREE_REQUESTED, FREE_COMPLETED)
+#: the stream a replayed ``free_requested`` is recorded on: the recording says that the free waited on
+#: another stream's work, not on which
+REPLAY_WAIT_STREAM = 1 << 62
 
 
 class Op(NamedTuple):
     """One allocator call of a workload.
 
     Attributes:
-        kind: ``"malloc"``, ``"free"``, ``"empty_cache"`` or ``"probe"`` (:data:`OP_KINDS`).
+        kind: ``"malloc"``, ``"free"``, ``"empty_cache"``, ``"probe"`` (:data:`OP_KINDS`), or a free that
+            waited on other streams' events: ``"free_requested"`` (the tensor dies; its block stays active
+            until) ``"free_completed"`` of the same key.
         key: names the allocation: a ``malloc``'s key is what a later ``free`` gives (None: the
             allocation is never freed by the workload, e.g. a request that ran out of memory).
         size_bytes: the request of a ``malloc`` or ``probe``, unrounded (0 for the other kinds).
+        stream: the stream a ``malloc`` or ``probe`` runs on (default 0, the default stream; a recorded
+            trace entry's ``stream``).
 
-    A tuple, so ``kind, key, size = op`` works and a list of ops costs no more than tuples.
+    A tuple, so ``kind, key, size, stream = op`` works and a list of ops costs no more than tuples.
     """
 
     kind: str
     key: int | None = None
     size_bytes: int = 0
+    stream: int = 0
 
 
 @dataclass
@@ -96,12 +106,13 @@ def replay(ops: Iterable[Op], allocator: CachingAllocator,
     malloc, free, empty_cache = allocator.malloc, allocator.free, allocator.empty_cache
     last_ok = True
     oom: OutOfMemoryError | None = None
+    waiting: dict[int, int] = {}  # key -> address of a free_requested still to complete
     step = -1
     for step, op in enumerate(ops):
-        kind, key, size = op
+        kind, key, size, stream = op
         if kind == "malloc":  # the kinds as literals, not the module constants: no global lookup per op
             try:
-                address = malloc(size)
+                address = malloc(size, stream)
             except OutOfMemoryError as error:
                 oom, last_ok = error.with_traceback(None), False  # no traceback: it would pin this frame
                 oom_steps.append(step)
@@ -117,9 +128,21 @@ def replay(ops: Iterable[Op], allocator: CachingAllocator,
         elif kind == "empty_cache":
             oom = None
             empty_cache()
+        elif kind == "free_requested":
+            oom = None
+            address = live.pop(key, None)
+            if address is not None:
+                allocator.record_stream(address, REPLAY_WAIT_STREAM)
+                free(address)
+                waiting[key] = address
+        elif kind == "free_completed":
+            oom = None
+            address = waiting.pop(key, None)
+            if address is not None and allocator.is_pending_free(address):
+                allocator.complete_free(address)
         elif kind == "probe":
             try:
-                free(malloc(size))
+                free(malloc(size, stream))
             except OutOfMemoryError as error:
                 oom, last_ok = error.with_traceback(None), False  # no traceback: it would pin this frame
                 oom_steps.append(step)

@@ -25,7 +25,7 @@ from memviz.sim import CachingAllocator, Op, OutOfMemoryError, fraction_for_cap
 from memviz.sim import replay as replay_ops
 from memviz.sim.constants import MiB
 from memviz.sim.limits import MAX_DEVICE_BYTES, check_bytes, check_fraction
-from memviz.sim.replay import FREE, MALLOC, PROBE
+from memviz.sim.replay import FREE, FREE_COMPLETED, FREE_REQUESTED, MALLOC, PROBE
 
 from .history import TRACE_ACTION_CODES, SnapshotHistory
 from .progress import progress_bar
@@ -127,22 +127,36 @@ class ReplayResult:
 def _compile(history: SnapshotHistory) -> tuple[list[Op], list[int]]:
     """Return the requests to replay, in order, and the event index of each (-1: live at the start).
 
-    Keys are the recorded addresses: a ``free_completed`` frees what the ``alloc`` at its address got.
+    Keys are the recorded addresses: a ``free_completed`` frees what the ``alloc`` at its address got (a free
+    that waited on another stream's events returns its block when it completed, as it did). Each request
+    runs on its recorded stream, so a stream's cached blocks serve that stream only.
     A recorded ``oom`` becomes a probe: its request, freed at once if it fits.
     """
     ops: list[Op] = []
     where: list[int] = []
     for b in history.initial_blocks:
-        ops.append(Op(MALLOC, b.address, b.requested_size))
+        ops.append(Op(MALLOC, b.address, b.requested_size, b.stream))
         where.append(-1)
-    for i, e in enumerate(history.events):
+    events = history.events
+    waiting: set[int] = set()  # addresses freed but waiting on another stream's events
+    for i, e in enumerate(events):
         action = e["action"]
         if action == "alloc":
-            ops.append(Op(MALLOC, e["addr"], e["size"]))
+            ops.append(Op(MALLOC, e["addr"], e["size"], e.get("stream", 0)))
+        elif action == "free_requested":
+            nxt = events[i + 1] if i + 1 < len(events) else None
+            if nxt is not None and nxt["action"] == "free_completed" and nxt.get("addr") == e["addr"]:
+                continue  # completed at once: one free, at its free_completed
+            ops.append(Op(FREE_REQUESTED, e["addr"]))
+            waiting.add(e["addr"])
         elif action == "free_completed":
-            ops.append(Op(FREE, e["addr"]))
+            if e["addr"] in waiting:
+                waiting.discard(e["addr"])
+                ops.append(Op(FREE_COMPLETED, e["addr"]))
+            else:
+                ops.append(Op(FREE, e["addr"]))
         elif action == "oom":
-            ops.append(Op(PROBE, None, e["size"]))
+            ops.append(Op(PROBE, None, e["size"], e.get("stream", 0)))
         else:
             continue
         where.append(i)
