@@ -506,6 +506,42 @@ def test_graph_two_successive() -> None:
     _checked(a)
 
 
+@pytest.mark.parametrize("share_mem", ["Don't share", "via pool()", "via graph_pool_handle()"])
+def test_graph_three_successive(share_mem: str) -> None:
+    """test_cuda.py TestCuda.test_graph_three_successive: graphs sharing a pool must replay in capture order,
+    because g2's output f takes the block c left when it died during g1's capture ("If we used the native
+    allocator and shared mempools, we expect the concurrent replays corrupted each other"). Without sharing, f
+    has a block of its own. (The sums the source checks are the GPU's; the shared block is why they differ.)"""
+    a = _alloc()
+    nbytes = 1000 * FLOAT
+    s = SIDE
+    t = a.malloc(nbytes)  # a = torch.ones((size,))
+    g0, g1, g2 = CUDAGraph(a), CUDAGraph(a), CUDAGraph(a)
+    g0_pool = graph_pool_handle(a) if share_mem == "via graph_pool_handle()" else None
+    g0.capture_begin(g0_pool, stream=s)
+    b = a.malloc(nbytes, stream=s)  # b = a.clone()
+    c = a.malloc(nbytes, stream=s)  # c = b + 1
+    d = a.malloc(nbytes, stream=s)  # d = b + 2
+    g0.capture_end()
+    pool = g0.pool() if share_mem == "via pool()" else g0_pool
+    g1.capture_begin(pool, stream=s)
+    e = a.malloc(nbytes, stream=s)  # e = c + 3
+    a.free(c)  # del c
+    g1.capture_end()
+    g2.capture_begin(pool, stream=s)
+    f = a.malloc(nbytes, stream=s)  # f = d + 4
+    g2.capture_end()
+    assert (f == c) == (share_mem != "Don't share")
+    for p in (t, b, d, e, f):
+        a.free(p)
+    for g in (g0, g1, g2):
+        g.reset()
+    a.synchronize()
+    a.empty_cache()
+    assert a.memory_reserved() == 0
+    _checked(a)
+
+
 def test_graph_context_empties_the_cache_and_keeps_its_pool() -> None:
     """torch/cuda/graphs.py ``graph.__enter__`` (synchronize, empty_cache, then capture on a side stream) and
     CUDACachingAllocator.cpp release_cached_blocks: a live graph's pool is not freeable, so ``empty_cache``
