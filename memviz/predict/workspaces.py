@@ -9,7 +9,8 @@ architecture (:mod:`memviz.predict.gpus`).
   epilogue (``gemm_and_bias``, ``addmm_out_cuda_impl``'s ``useLtInterface``) and also keeps the cuBLASLt
   workspace. Kept for the process: ``empty_cache()`` does not free them.
 - Flash attention's backward (``mha_bwd``) holds ``softmax_d`` (B·H·round128(L) fp32) and ``dq_accum``
-  (B·round128(L)·H·round32(D) fp32) while it runs.
+  (B·round128(L)·H·round32(D) fp32) while it runs; memory-efficient attention's backward in fp16/bf16 its
+  fp32 grad_q accumulator.
 - SDPA's backend as ``sdp_utils.cpp`` picks it for the target GPU (:func:`choose_sdpa_backend`).
 """
 
@@ -158,6 +159,18 @@ def _conv_backward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> No
             _cudnn_workspace(s, nbytes, "cudnn_convolution_backward")
 
 
+def _efficient_backward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+    """Memory-efficient attention's backward (``_efficient_attention_backward``) in fp16/bf16 accumulates
+    grad_q in fp32 in a workspace of ``workspace_size()``: B·H·round64(L)·round64(D) floats (the kernel's
+    ``kNeedsAccumGradQ``; from the source, not measured: the recordings' fp32 GPT needs none)."""
+    q = args[1]
+    if q.dtype is torch.float32 or q.dim() != 4:
+        return
+    b, h, length, d = q.shape
+    ptr, index = s.malloc(b * h * _round(length, 64) * _round(d, 64) * 4, func.__name__, "workspaces")
+    s.free(ptr, index, func.__name__)
+
+
 TRACKS_OUTPUTS = frozenset({aten.convolution_backward.default})
 """Rules that account the op's outputs themselves (to interleave them with workspaces as the kernel does)."""
 
@@ -169,6 +182,7 @@ RULES: dict[Any, Any] = {
                      aten._addmm_activation.default], _cublas),
     aten.addmm.default: _addmm,
     aten._scaled_dot_product_flash_attention_backward.default: _flash_backward,
+    aten._scaled_dot_product_efficient_attention_backward.default: _efficient_backward,
 }
 """aten op → ``rule(session, op, args, kwargs, outputs)`` adding the op's library allocations."""
 
