@@ -184,6 +184,17 @@ def test_configs_side_by_side(panel):
     assert not panel.out.outputs
 
 
+def test_configs_follow_every_change_once_ticked(panel):
+    panel.configs = ("", "expandable_segments:True")
+    panel.configs_auto.value = True
+    shown = panel.configs_html.value
+    assert memviz.format_bytes(expected(alloc_conf="expandable_segments:True").peak_reserved_bytes) in shown
+    panel.args.widgets["batch"].value = 1024
+    p = expected(alloc_conf="expandable_segments:True", batch=1024)
+    assert panel.configs_html.value != shown and memviz.format_bytes(p.peak_reserved_bytes) in panel.configs_html.value
+    assert len(panel.refresh_seconds) == 2 and not panel.out.outputs
+
+
 def test_largest_batch_on_each_gpu_is_max_batch():
     panel = FitPanel(wide, cap="64 MiB")  # the cap binds on both devices
     rows = panel.largest_batches(("T4", "A100-80GB"))

@@ -10,8 +10,9 @@ config. Every change runs :func:`memviz.predict` once and redraws, in one update
 - **what is live over the step**: a stacked area per category (parameters, gradients, optimizer state,
   activations, temporaries, workspaces) with the forward / backward / optimizer phases behind it;
 - **segment map at the peak**: the cache's segments and blocks when allocated bytes peaked;
-- on demand (each costs several predictions): the program **under the other configs** side by side, and
-  the **largest batch on each GPU** (:func:`memviz.max_batch`);
+- on demand (each costs several predictions): the program **under the other configs** side by side (also
+  after every change, once its checkbox is ticked: the table follows the main result), and the **largest
+  batch on each GPU** (:func:`memviz.max_batch`);
 - on a machine with a GPU, **run for real**: the same program on this GPU under the cap, measured beside
   the prediction.
 
@@ -110,6 +111,10 @@ class FitPanel:
         self.map_note = W.HTML()
         self.configs_button = _button("compare configs", f"predict under {len(self.configs)} allocator configs")
         self.configs_button.on_click(wrap(lambda _: self.compare_configs()))
+        self.configs_auto = W.Checkbox(value=False, description="after every change", indent=False,
+                                       layout=W.Layout(width="auto"))  # fmt: skip
+        self.configs_auto.add_class("memviz-fit-configs-auto")
+        self.configs_auto.observe(wrap(lambda change: change["new"] and self.compare_configs()), names="value")
         self.configs_html = W.HTML()
         self.batches_button = _button("largest batch on each GPU", "memviz.max_batch on T4 … H200 (many predictions)")
         self.batches_button.on_click(wrap(lambda _: self.largest_batches()))
@@ -124,7 +129,7 @@ class FitPanel:
         self.target.observe(wrap(lambda _: self.refresh()))
         title = W.HTML(f"<b>Will it fit?</b> <code>{escape(getattr(fn, '__name__', 'program'))}</code>, predicted "
                        "with no GPU (memviz.predict)")  # fmt: skip
-        actions = W.HBox([self.configs_button, self.batches_button, self.real_button],
+        actions = W.HBox([self.configs_button, self.configs_auto, self.batches_button, self.real_button],
                          layout=W.Layout(flex_flow="row wrap"))  # fmt: skip
         self.widget = W.VBox(
             [title, self.args.widget, self.target.widget, W.HBox([self.progress, self.status]), self.banner,
@@ -159,6 +164,8 @@ class FitPanel:
         self.refresh_seconds.append(seconds)
         self._set_status(f"predicted in {seconds:.2f} s: {len(p.events):,} allocator events, "
                          f"{format_bytes(p.peak_reserved_bytes)} peak reserved")  # fmt: skip
+        if self.configs_auto.value:  # after the result is on screen: the table follows
+            self.compare_configs()
         return p
 
     def _predict(self, target: dict[str, Any], kwargs: dict[str, Any], what: str, **over: Any) -> Any:
