@@ -96,7 +96,7 @@ def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, .
       splits the reduction over the output pixels into about sqrt(N·H·W)/2 partial weights;
     - 1×1 strided (a ResNet downsample) with ≤ 64 input channels forward, or ≤ 128 backward-input in fp32:
       none; fp32 forward from ≥ 256 channels over ≥ 32768 input pixels (N·H·W): input + weight;
-    - a k×k forward that widens the channels from ≤ 64: input + weight (the output is written in place).
+    - a k×k forward that widens aligned channels from ≤ 64 (32→64, 64→128): input + weight.
     """
     pointwise = all(k == 1 for k in kernel)
     unit_stride = all(st == 1 for st in stride)
@@ -112,7 +112,7 @@ def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, .
         return 0
     if pointwise and phase == "forward" and c_in >= 256 and input_pixels >= 1 << 15 and element_bytes == 4:
         return input_bytes + weight_bytes
-    if phase == "forward" and not pointwise and c_in <= 64 < c_out:
+    if phase == "forward" and not pointwise and not unaligned and c_in <= 64 and c_out > c_in:
         return input_bytes + weight_bytes
     if unaligned and element_bytes == 2:
         input_bytes = input_bytes // c_in * (-(-c_in // 8) * 8)
