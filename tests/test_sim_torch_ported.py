@@ -26,6 +26,7 @@ from memviz.sim import (
     graph_pool_handle,
     use_mem_pool,
 )
+from memviz.sim.rules import divisions_for
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -704,3 +705,37 @@ def test_release_pool_errors_change_nothing() -> None:
         pool.release()
     with pytest.raises(AllocatorConfigError):
         a.set_allocator_settings("max_split_size_mb:1")
+
+
+# ---------------------------------------------------------------------------------------- AllocatorConfig
+
+
+def test_allocator_config_test() -> None:
+    """c10/test/core/AllocatorConfig_test.cpp AllocatorConfigTest.allocator_config_test, through
+    ``set_allocator_settings``: each string is read afresh (the divisions of the array syntax that a string
+    leaves out are 0, not the previous string's); a trailing comma is accepted; unknown keys are refused.
+    (The test's device_specific_option_mb is a key its own parse hook registers; it is left out here.)"""
+    a = _alloc()
+    env = ("max_split_size_mb:40,max_non_split_rounding_mb:30,garbage_collection_threshold:0.5,"
+           "roundup_power2_divisions:[64:8,128:2,256:4,512:2,1024:4,>:1],expandable_segments:True,"
+           "pinned_use_background_threads:True")
+    a.set_allocator_settings(env)
+    cfg = a.config
+    assert cfg.settings == env and cfg.max_split_size == 40 * MiB and cfg.max_non_split_rounding_size == 30 * MiB
+    assert cfg.garbage_collection_threshold == 0.5 and cfg.expandable_segments
+    expected = {32: 8, 64: 8, 128: 2, 256: 4, 512: 2, 1024: 4, 2048: 1, 4096: 1, 8192: 1}
+    assert {mb: divisions_for(mb * MiB, cfg.roundup_power2_divisions) for mb in expected} == expected
+    env = "max_split_size_mb:20,max_non_split_rounding_mb:40,garbage_collection_threshold:0.8"
+    a.set_allocator_settings(env)
+    cfg = a.config
+    assert (cfg.max_split_size, cfg.max_non_split_rounding_size, cfg.garbage_collection_threshold) == (
+        20 * MiB, 40 * MiB, 0.8)
+    a.set_allocator_settings("roundup_power2_divisions:[128:8,256:16,512:1,2048:8,>:2]")
+    expected = {64: 8, 128: 8, 256: 16, 512: 1, 1024: 0, 2048: 8, 4096: 2}
+    assert {mb: divisions_for(mb * MiB, a.config.roundup_power2_divisions) for mb in expected} == expected
+    a.set_allocator_settings("roundup_power2_divisions:4")
+    assert {divisions_for(mb * MiB, a.config.roundup_power2_divisions) for mb in (64, 256, 2048)} == {4}
+    a.set_allocator_settings("expandable_segments:False,")
+    assert not a.config.expandable_segments
+    with pytest.raises(AllocatorConfigError, match="Unrecognized key"):
+        a.set_allocator_settings("foo:123,bar:456")
