@@ -66,6 +66,11 @@ class MemPool:
         pp = self._allocator.graph_pools.get(self.id)
         return pp.use_count if pp is not None else 0
 
+    def snapshot(self) -> list[dict]:
+        """The pool's segments, as ``snapshot()["segments"]`` shows them (``MemPool.snapshot()``, i.e.
+        ``torch.cuda.memory_snapshot(mempool_id=pool.id)``)."""
+        return [seg for seg in self._allocator.segments() if tuple(seg["segment_pool_id"]) == self.id]
+
     def release(self) -> None:
         """Drop this object's hold (``~MemPool``: ``releasePool`` then ``emptyCache(id)``); once only.
 
