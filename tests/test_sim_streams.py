@@ -78,3 +78,27 @@ def test_private_pool_program_is_flagged_not_matched() -> None:
     report = check_fidelity(load_snapshot(a.snapshot()), device_total_bytes=80 << 30, progress=False)
     assert report.reserved_matches < report.events_compared
     assert a.live_block(out) is not None
+
+
+def test_expandable_segments_per_pool_and_stream() -> None:
+    """CUDACachingAllocator.cpp find_expandable_block: the unmapped blocks searched are those of the pool and
+    stream asked for (``BlockComparatorAddress`` orders by stream first), so each (pool, stream) grows its own
+    expandable segment: here the default stream, a side stream and a MemPool each reserve one."""
+    a = CachingAllocator(80 << 30, alloc_conf="expandable_segments:True")
+    x = a.malloc(30 * MiB)
+    y = a.malloc(30 * MiB, stream=SIDE)
+    pool = MemPool(a)
+    with use_mem_pool(a, pool):
+        z = a.malloc(30 * MiB)
+    w = a.malloc(30 * MiB)  # grows the default stream's segment
+    segs = list(a.iter_segments())
+    assert len(segs) == 3 and all(s.expandable for s in segs)
+    assert sorted((s.pool.stream, s.pool.owner is None) for s in segs) == [(0, False), (0, True), (SIDE, True)]
+    # 20 MiB pages: x, y and z map two each; w uses x's free 10 MiB and maps one more
+    assert a.memory_reserved() == 7 * 20 * MiB
+    for p in (x, y, z, w):
+        a.free(p)
+    pool.release()
+    a.empty_cache()
+    assert a.memory_reserved() == 0
+    a._check()
