@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from memviz.sim import CachingAllocator, CUDAGraph, MemPool, graph, use_mem_pool
+from memviz.sim import CachingAllocator, CUDAGraph, MemPool, OutOfMemoryError, graph, use_mem_pool
 from memviz.snapshots import check_fidelity, load_snapshot
 
 MiB = 1 << 20
@@ -102,3 +102,22 @@ def test_expandable_segments_per_pool_and_stream() -> None:
     a.empty_cache()
     assert a.memory_reserved() == 0
     a._check()
+
+
+def test_oom_message_counts_free_private_pool_bytes_as_allocated() -> None:
+    """CUDACachingAllocator.cpp malloc's OOM text: free cached blocks of private pools count as allocated
+    ("with X allocated in private pools (e.g., CUDA Graphs)"), and the reserved-but-unallocated figure drops by
+    as much; empty_cache's retry could not release them while the pool is held."""
+    a = CachingAllocator(1 << 30)
+    pool = MemPool(a)
+    with use_mem_pool(a, pool):
+        a.free(a.malloc(300 * MiB))
+    keep = a.malloc(500 * MiB)
+    with pytest.raises(OutOfMemoryError) as e:
+        a.malloc(400 * MiB)
+    text = str(e.value)
+    assert "Of the allocated memory 800.00 MiB is allocated by PyTorch, with 300.00 MiB allocated in private " \
+           "pools (e.g., CUDA Graphs), and 0 bytes is reserved by PyTorch but unallocated." in text
+    a.free(keep)
+    pool.release()
+    assert a.memory_reserved() == 500 * MiB  # the pool's segment went with it; keep's stays cached
