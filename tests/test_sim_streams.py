@@ -121,3 +121,19 @@ def test_oom_message_counts_free_private_pool_bytes_as_allocated() -> None:
     a.free(keep)
     pool.release()
     assert a.memory_reserved() == 500 * MiB  # the pool's segment went with it; keep's stays cached
+
+
+def test_gc_clock_is_one_per_pool_across_streams() -> None:
+    """CUDACachingAllocator.cpp get_free_block: ``++pool.get_free_blocks_call_count`` counts every search of the
+    (large) pool whatever the stream, so a block's age is the same whichever stream asks; garbage collection then
+    frees the oldest cached segments first, those of a side stream included."""
+    a = CachingAllocator(1 << 30, memory_fraction=0.5, alloc_conf="garbage_collection_threshold:0.5")
+    old = a.malloc(200 * MiB)
+    a.free(old)  # cached on the default stream, aged by every later search
+    for _ in range(3):
+        a.free(a.malloc(60 * MiB, stream=SIDE))
+    assert a.large_blocks.get_free_blocks_call_count == a.own_pools.large[SIDE].get_free_blocks_call_count
+    a.malloc(150 * MiB, stream=SIDE)  # 260 MiB reserved, past 0.5 * 512 MiB: the gc runs before cudaMalloc
+    segs = {(s["stream"], s["total_size"] >> 20) for s in a.segments()}
+    assert segs == {(SIDE, 60), (SIDE, 150)}  # the oldest, on the other stream, went first
+    a._check()

@@ -40,7 +40,9 @@ class StreamPools:
         pools = self.small if small else self.large
         pool = pools.get(stream)
         if pool is None:
+            clock = next(iter(pools.values())).get_free_blocks_call_count if pools else 0
             pool = pools[stream] = BlockPool(small, SMALL_POOL if small else LARGE_POOL, stream, self.owner)
+            pool.get_free_blocks_call_count = clock  # torch's pool has one gc clock for all its streams
         return pool
 
     def in_order(self, small: bool) -> list[BlockPool]:
