@@ -700,11 +700,17 @@ class CachingAllocator:
             return
         block.allocated = False
         stats = self.stats
-        s = stats.pool[block.segment.pool.stat_type]
+        pool = block.segment.pool
+        s = stats.pool[pool.stat_type]
         bsize = block.size
         # decrease_stat, inlined (gain: see free_block): allocation and allocated_bytes (active follows them)
         s[ALLOCATION] -= 1
         s[ALLOCATED_BYTES] -= bsize
+        trace_extend = self._trace_extend
+        if trace_extend is not None:
+            # free_requested here and free_completed at free_block's start, as one "free" entry: they are
+            # adjacent and equal whenever the free does not wait on events; snapshot() writes both
+            trace_extend(("free", ptr, block.requested_size, pool.stream))
         if bsize >= self._max_split_size:
             stats.agg[OVERSIZE_ALLOCATIONS] -= 1
         self.free_block(block)
@@ -884,24 +890,21 @@ class CachingAllocator:
         """``free_block`` for a block whose events completed: active and requested bytes drop now."""
         del self._pending_free[block.ptr]
         block.allocated = False
-        st = block.segment.pool.stat_type
-        self.stats.change_pending(st, -1, -block.size)
-        self.free_block(block, completed=True)
+        pool = block.segment.pool
+        self.stats.change_pending(pool.stat_type, -1, -block.size)
+        self._record("free_completed", block.ptr, block.requested_size, pool.stream)
+        self.free_block(block)
 
     def _owns(self, ptr: int) -> bool:
         return any(s.ptr <= ptr < s.ptr + s.size for s in self._segments.values())
 
-    def free_block(self, block: Block, completed: bool = False) -> None:
+    def free_block(self, block: Block) -> None:
         """Return a freed block to its pool, merging it with free neighbours (``free_block``).
 
-        ``completed``: the free waited on events, so ``free_requested`` is already in the trace."""
+        Its ``free_completed`` trace entry is written by the caller (``free``, or ``_finish_free`` for a free
+        that waited on events), before the merges as in torch."""
         segment = block.segment
         pool = segment.pool
-        trace_extend = self._trace_extend
-        if trace_extend is not None:
-            # free_requested (torch records it in free) and free_completed, as one "free" entry when
-            # they are adjacent and equal (always, without record_stream); snapshot() writes both
-            trace_extend(("free_completed" if completed else "free", block.ptr, block.requested_size, pool.stream))
         net_n = 0
         net_b = 0
         keys = pool.keys
