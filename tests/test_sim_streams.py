@@ -137,3 +137,21 @@ def test_gc_clock_is_one_per_pool_across_streams() -> None:
     segs = {(s["stream"], s["total_size"] >> 20) for s in a.segments()}
     assert segs == {(SIDE, 60), (SIDE, 150)}  # the oldest, on the other stream, went first
     a._check()
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "side", True])
+def test_bad_stream_is_refused_and_changes_nothing(bad: object) -> None:
+    a = CachingAllocator(1 << 30)
+    p = a.malloc(MiB)
+    a.record_stream(p, SIDE)
+    a.free(p)
+    a.synchronize()
+    before = a.memory_stats()
+    with pytest.raises(ValueError, match="stream"):
+        a.malloc(MiB, stream=bad)
+    assert a.memory_stats() == before and a.is_pending_free(p)  # not even process_events ran
+    q = a.malloc(MiB)
+    with pytest.raises(ValueError, match="stream"):
+        a.record_stream(q, bad)
+    a.free(q)
+    assert not a.pending_blocks()  # q had no stream recorded: freed at once

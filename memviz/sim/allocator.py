@@ -718,10 +718,11 @@ class CachingAllocator:
     def _slow_pool(self, rounded: int, stream: int) -> BlockPool:
         """``malloc``'s path off the default stream or while frees wait on events or a capture is underway:
         ``process_events`` (unless capturing), then ``get_pool``."""
+        stream = _checked_stream(stream)  # before anything changes
         if not self.captures_underway and (self.cuda_events or self.needs_events_deferred_until_no_capture):
             self.process_events()
         self._update_diverting()
-        return self.get_pool(rounded, _checked_stream(stream))
+        return self.get_pool(rounded, stream)
 
     def _update_diverting(self) -> None:
         self._diverting = bool(self.captures_underway or self.cuda_events
