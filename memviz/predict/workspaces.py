@@ -92,8 +92,9 @@ def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, .
     - 1×1 stride 1 is a plain GEMM: none forward and backward-input; backward-weight keeps 64 split-K
       slices of the weight (at most input + output + 4 weights);
     - input channels not 16-byte aligned (an RGB stem): at stride 1 a direct kernel (none in fp32, none
-      forward in bf16); in bf16 the channels-last input is padded to 8 channels; in fp32 backward-weight
-      splits the reduction over the output pixels into about sqrt(N·H·W)/2 partial weights;
+      forward in bf16); fp32 backward-input none; in bf16 the channels-last input is padded to 8 channels,
+      and stride-1 backward-weight adds about sqrt(N·H·W)/2 partial weights; strided backward-weight as
+      :func:`_unaligned_strided_backward_weight_bytes`;
     - 1×1 strided (a ResNet downsample) with ≤ 64 input channels forward, or ≤ 128 backward-input in fp32:
       none; fp32 forward from ≥ 256 channels over ≥ 32768 input pixels (N·H·W): input + weight;
     - a k×k forward that widens aligned channels from ≤ 64 (32→64, 64→128): input + weight.
@@ -105,7 +106,8 @@ def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, .
     if pointwise and unit_stride:
         return min(64 * weight_bytes, input_bytes + output_bytes + 4 * weight_bytes) \
             if phase == "backward_weight" else 0
-    if unaligned and unit_stride and (element_bytes == 4 or phase == "forward"):
+    if unaligned and ((unit_stride and (element_bytes == 4 or phase == "forward"))
+                      or (phase == "backward_input" and element_bytes == 4)):
         return 0
     if pointwise and ((phase == "forward" and c_in <= 64)
                       or (phase == "backward_input" and c_in <= 128 and element_bytes == 4)):
@@ -114,6 +116,9 @@ def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, .
         return input_bytes + weight_bytes
     if phase == "forward" and not pointwise and not unaligned and c_in <= 64 and c_out > c_in:
         return input_bytes + weight_bytes
+    if unaligned and phase == "backward_weight" and not unit_stride:
+        return _unaligned_strided_backward_weight_bytes(c_in, c_out, kernel, element_bytes, input_bytes,
+                                                        output_bytes, output_pixels)
     if unaligned and element_bytes == 2:
         input_bytes = input_bytes // c_in * (-(-c_in // 8) * 8)
     workspace = input_bytes + output_bytes + weight_bytes
@@ -123,6 +128,25 @@ def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, .
         else:
             workspace += min(14, max(1, (8 << 20) // weight_bytes)) * weight_bytes
     return workspace
+
+
+def _unaligned_strided_backward_weight_bytes(c_in: int, c_out: int, kernel: tuple[int, ...], element_bytes: int,
+                                             input_bytes: int, output_bytes: int, output_pixels: int) -> int:
+    """Backward-weight of a strided convolution whose input channels are not 16-byte aligned (an RGB stem).
+
+    cuDNN copies the input to channels-last with each pixel padded to 16 bytes (4 fp32 or 8 bf16
+    channels), keeps the output gradient and an fp32 weight gradient, and splits the reduction over the
+    N·H_out·W_out output pixels into partial weights in the padded layout (c_out·k·k·16 bytes each). The
+    split count grows about as sqrt(N·H_out·W_out) / element_bytes, between 36 and 120 (saturated from
+    about 480² output pixels in fp32, 240² in bf16). Fitted on the probe's 224×224 and 64×64 stems, checked on
+    the held-out 160×160 ones (``tests/test_predict_workspaces.py``)."""
+    taps = 1
+    for k in kernel:
+        taps *= k
+    padded_input_bytes = input_bytes // (c_in * element_bytes) * _round(c_in * element_bytes, 16)
+    partial_bytes = c_out * taps * _round(c_in * element_bytes, 16)
+    splits = min(120, max(36, int(output_pixels ** 0.5) // element_bytes))
+    return padded_input_bytes + output_bytes + c_out * c_in * taps * 4 + splits * partial_bytes
 
 
 def _conv_geometry(inp: torch.Tensor, weight: torch.Tensor, stride: Any, transposed: bool, groups: int) -> Any:

@@ -1,0 +1,66 @@
+"""cuDNN convolution workspace rules against the H200 probe (``tests/data/fit/h200_probe.json.gz``).
+
+The strided RGB-stem backward-weight rule was fitted on the 224×224 and 64×64 stems; the 160×160 ones are
+held out here. The whole probe's error is checked too, so a rule change that helps one family and hurts
+others fails.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from memviz.predict.workspaces import conv_workspace_bytes
+
+PROBE = Path(__file__).parent / "data" / "fit" / "h200_probe.json.gz"
+PHASES = ("forward", "backward_input", "backward_weight")
+MiB = 1 << 20
+
+
+def _rows() -> list[tuple[dict, str, int, int]]:
+    """(geometry, phase, real workspace bytes, predicted workspace bytes) for every probe measurement."""
+    out = []
+    for g in json.loads(gzip.decompress(PROBE.read_bytes()))["conv"]:
+        es = 4 if g["dtype"] == "float32" else 2
+        n, c_out, h_out, w_out = g["out_shape"]
+        input_bytes = g["batch"] * g["c_in"] * g["hw"] ** 2 * es
+        output_bytes = n * c_out * h_out * w_out * es
+        weight_bytes = c_out * g["c_in"] * g["k"] ** 2 * es
+        for phase in PHASES:
+            m = g[phase]
+            real = m["requested_bytes"] - m.get("out_bytes", m.get("result", 0))
+            pred = conv_workspace_bytes(phase, g["c_in"], c_out, (g["k"],) * 2, (g["stride"],) * 2, es,
+                                        input_bytes, output_bytes, weight_bytes, n * h_out * w_out)
+            out.append((g, phase, real, pred))
+    return out
+
+
+ROWS = _rows()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_held_out_stem_backward_weight(dtype: str) -> None:
+    rows = [(real, pred) for g, phase, real, pred in ROWS
+            if phase == "backward_weight" and g["k"] == 7 and g["hw"] == 160 and g["dtype"] == dtype]
+    assert len(rows) == 3
+    total = sum(real for real, _ in rows)
+    assert sum(abs(pred - real) for real, pred in rows) <= 0.01 * total
+    for real, pred in rows:
+        assert abs(pred - real) <= max(0.15 * real, MiB), (real, pred)
+
+
+def test_fp32_stem_backward_input_needs_no_workspace() -> None:
+    rows = [(real, pred) for g, phase, real, pred in ROWS if phase == "backward_input" and g["c_in"] == 3
+            and g["dtype"] == "float32"]
+    assert rows and all(real == 0 == pred for real, pred in rows)
+
+
+def test_whole_probe_error() -> None:
+    """Sum of |predicted − real| over all 2088 measurements, as a share of the real workspace bytes."""
+    err = sum(abs(pred - real) for _, _, real, pred in ROWS)
+    total = sum(real for _, _, real, _ in ROWS)
+    assert len(ROWS) == 3 * 696
+    assert err <= 0.145 * total, err / total
