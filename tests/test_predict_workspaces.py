@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memviz.predict.workspaces import conv_workspace_bytes
+from memviz.predict.workspaces import conv_workspace_bytes, reduce_scratch_bytes
 
 PROBE = Path(__file__).parent / "data" / "fit" / "h200_probe.json.gz"
 PHASES = ("forward", "backward_input", "backward_weight")
@@ -64,3 +64,35 @@ def test_whole_probe_error() -> None:
     total = sum(real for _, _, real, _ in ROWS)
     assert len(ROWS) == 3 * 696
     assert err <= 0.145 * total, err / total
+
+
+def test_reduce_scratch_matches_setreduceconfig_by_hand() -> None:
+    """``grad.sum(0)`` over 4096 rows of 3072 bf16 outputs on an H200: block 32×4, output vectors of 4, 24
+    blocks of outputs, 64 blocks per output → 4·3072·64·128 bytes of partials and one int per output block."""
+    from memviz.predict.gpus import ARCHS
+
+    assert reduce_scratch_bytes(ARCHS["H200"], (4096, 3072), {0}, 2, 4) == (100_663_296, 96)
+    assert reduce_scratch_bytes(ARCHS["H200"], (256, 4096), {0}, 4, 4) == (0, 0)  # 64 values a thread: one pass
+    assert reduce_scratch_bytes(ARCHS["H200"], (4, 5, 6), {0, 2}, 4, 4) == (0, 0)  # two reduced blocks: not ported
+
+
+@pytest.mark.parametrize("run_id", ["gpt-b8-fp32", "mlp-b1024-amp"])
+def test_reduce_scratch_as_recorded(run_id: str) -> None:
+    """Every (buffer, semaphores) pair the predictor adds for a reduction is in the H200 trace as two
+    back-to-back allocations, as many times."""
+    from collections import Counter
+    from itertools import pairwise
+
+    from memviz.predict import predict
+    from memviz.predict.recorded import PROGRAMS
+
+    run = json.loads(gzip.decompress((PROBE.parent / "h200" / f"{run_id}.json.gz").read_bytes()))
+    allocs = [e for e in run["events"] if e[0] == "alloc"]
+    real = Counter((a[2], b[2]) for a, b in pairwise(allocs))
+    p = predict(PROGRAMS[run["program"]], device="H200", cap=run["cap_bytes"], alloc_conf=run["alloc_conf"],
+                **run["kwargs"])
+    ours = [e for e in p.events if e.action == "alloc" and e.category == "workspaces" and e.op.startswith("sum")]
+    pairs = Counter((a.nbytes, b.nbytes) for a, b in zip(ours[::2], ours[1::2], strict=True))
+    assert pairs
+    for pair, n in pairs.items():
+        assert real[pair] == n, (pair, n, real[pair])

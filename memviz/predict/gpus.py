@@ -13,6 +13,9 @@ rule on a test case; it looks up the target's architecture here.
 - ``cublaslt_workspace_bytes``: the first ``addmm`` with a bias (cuBLASLt's bias epilogue,
   ``gemm_and_bias``) on a thread keeps a cuBLASLt workspace, ``CUBLASLT_WORKSPACE_SIZE`` = 1024 KiB by
   default. Measured on the H200: 1,048,576 bytes kept.
+- ``sm_count``, ``max_threads_per_sm``: ``multiProcessorCount`` and ``maxThreadsPerMultiProcessor`` of the
+  device properties (NVIDIA's specifications: T4 40/1024, L4 58/1536, A100 108/2048, H100 and H200 SXM
+  132/2048); torch's reduction kernels size their global-memory scratch from them (``Reduce.cuh``).
 - ``context_bytes``: the CUDA context and the libraries' modules, outside the allocator (what
   ``nvidia-smi`` shows beyond ``memory_reserved()``). Measured on the H200 with NVML right after CUDA
   init: ~1.2 GB (lesson 6); other cards' figures are the same order (driver-dependent) and are used
@@ -39,6 +42,8 @@ class GpuArch:
     cublas_workspace_bytes: int
     cublaslt_workspace_bytes: int = 1 * MiB
     context_bytes: int = 1_200_000_000
+    sm_count: int = 132
+    max_threads_per_sm: int = 2048
 
     @property
     def supports_flash_attention(self) -> bool:
@@ -55,10 +60,10 @@ _PRE_HOPPER_CUBLAS = 4096 * 1024 * 2 + 16 * 1024 * 8  # ":4096:2:16:8"
 _HOPPER_CUBLAS = 4096 * 1024 * 8  # ":4096:8"
 
 ARCHS: dict[str, GpuArch] = {
-    "T4": GpuArch("Turing (sm75)", (7, 5), _PRE_HOPPER_CUBLAS),
-    "L4": GpuArch("Ada (sm89)", (8, 9), _PRE_HOPPER_CUBLAS),
-    "A100-40GB": GpuArch("Ampere (sm80)", (8, 0), _PRE_HOPPER_CUBLAS),
-    "A100-80GB": GpuArch("Ampere (sm80)", (8, 0), _PRE_HOPPER_CUBLAS),
+    "T4": GpuArch("Turing (sm75)", (7, 5), _PRE_HOPPER_CUBLAS, sm_count=40, max_threads_per_sm=1024),
+    "L4": GpuArch("Ada (sm89)", (8, 9), _PRE_HOPPER_CUBLAS, sm_count=58, max_threads_per_sm=1536),
+    "A100-40GB": GpuArch("Ampere (sm80)", (8, 0), _PRE_HOPPER_CUBLAS, sm_count=108),
+    "A100-80GB": GpuArch("Ampere (sm80)", (8, 0), _PRE_HOPPER_CUBLAS, sm_count=108),
     "H100": GpuArch("Hopper (sm90)", (9, 0), _HOPPER_CUBLAS),
     "H200": GpuArch("Hopper (sm90)", (9, 0), _HOPPER_CUBLAS),
 }

@@ -22,7 +22,7 @@ import torch
 
 from .gpus import GpuArch
 
-__all__ = ["RULES", "TRACKS_OUTPUTS", "choose_sdpa_backend", "conv_workspace_bytes"]
+__all__ = ["RULES", "TRACKS_OUTPUTS", "choose_sdpa_backend", "conv_workspace_bytes", "reduce_scratch_bytes"]
 
 aten = torch.ops.aten
 
@@ -195,6 +195,107 @@ def _efficient_backward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) 
     s.free(ptr, index, func.__name__)
 
 
+def _last_pow2(n: int) -> int:
+    return 1 << (max(n, 1).bit_length() - 1)
+
+
+def reduce_scratch_bytes(arch: GpuArch, shape: tuple[int, ...], reduce_dims: set[int], element_bytes: int,
+                         acc_bytes: int, storage_offset: int = 0) -> tuple[int, int]:
+    """``(buffer_bytes, semaphore_bytes)`` that torch's CUDA reduction kernel (``gpu_reduce_kernel`` in
+    ``aten/src/ATen/native/cuda/Reduce.cuh``) allocates while it runs, for a contiguous input of ``shape``
+    reduced over ``reduce_dims``; ``(0, 0)`` when it reduces in one pass (the usual case).
+
+    ``setReduceConfig`` ported for inputs whose reduced dimensions form one block (a prefix, a suffix or
+    all): when each thread would sum ≥ 256 values and the grid is small, it splits the inputs across
+    ``ctas_per_output`` blocks that meet in a global-memory buffer (``acc_bytes`` per partial value) with
+    one semaphore per output block. Example: the bias gradient of a Linear, ``grad.sum(0)`` over 4096 rows
+    of 3072 outputs, takes a 96 MiB buffer on an H200 (seen in the recordings, one per layer).
+    ``(0, 0)`` also for layouts the port does not cover (several reduced blocks).
+    """
+    groups: list[list[Any]] = []  # [reduced, size], fastest dimension last
+    for d, size in enumerate(shape):
+        if size == 1:
+            continue
+        reduced = d in reduce_dims
+        if groups and groups[-1][0] == reduced:
+            groups[-1][1] *= size
+        else:
+            groups.append([reduced, size])
+    if not any(r for r, _ in groups) or len(groups) > 2:
+        return 0, 0
+    num_outputs = 1
+    inputs = 1
+    for reduced, size in groups:
+        if reduced:
+            inputs *= size
+        else:
+            num_outputs *= size
+    inner = groups[-1][0]  # reduction on the fastest-moving dimension
+    output_vec = 1
+    if inner:
+        dim0, dim1 = inputs, num_outputs
+        if dim0 >= 128:
+            dim0 //= 4  # vectorize along input (input_vec_size = vt0 = 4)
+    else:
+        output_vec = 4
+        for n in (storage_offset, num_outputs):
+            while n % output_vec:
+                output_vec //= 2
+        dim0, dim1 = num_outputs // output_vec, inputs
+    max_threads = 512 // output_vec
+    dim0_pow2 = _last_pow2(dim0) if dim0 < max_threads else max_threads
+    dim1_pow2 = _last_pow2(dim1) if dim1 < max_threads else max_threads
+    block_width = min(dim0_pow2, 32)
+    block_height = min(dim1_pow2, max_threads // block_width)
+    block_width = min(dim0_pow2, max_threads // block_height)
+    num_threads = block_width * block_height
+    step_input = step_output = 1
+    if inner:
+        step_input *= block_width
+    else:
+        step_output *= block_width
+    split_across_warps = -(-inputs // step_input) >= min(block_height * 16, 256)
+    if split_across_warps:
+        step_input *= block_height
+    else:
+        step_output *= block_height
+    target_grid = arch.sm_count * (arch.max_threads_per_sm // num_threads)
+    grid_x = -(-(num_outputs // output_vec) // step_output)
+    values_per_thread = -(-inputs // step_input)
+    if not (split_across_warps and values_per_thread >= 256 and grid_x <= target_grid):
+        return 0, 0
+    ctas = max(min(-(-target_grid // grid_x), -(-values_per_thread // 16)), -(-values_per_thread // 256))
+    if ctas <= 1:
+        return 0, 0
+    buffer_bytes = acc_bytes * num_outputs * ctas
+    if not inner:
+        buffer_bytes *= block_width * output_vec
+    return buffer_bytes, 4 * grid_x
+
+
+def _reduction(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+    """``sum`` / ``mean``: the reduction kernel's global-memory scratch (:func:`reduce_scratch_bytes`),
+    allocated after the output and freed (semaphores first) when the kernel returns."""
+    inp = args[0]
+    if not inp.is_contiguous() or inp.numel() == 0 or inp.is_complex():
+        return
+    dims = args[1] if len(args) > 1 else kwargs.get("dim")
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        reduce_dims = set(range(inp.dim()))
+    else:
+        dims = [dims] if isinstance(dims, int) else dims
+        reduce_dims = {d % max(inp.dim(), 1) for d in dims}
+    acc_bytes = 8 if inp.dtype in (torch.float64, torch.int64) or not inp.is_floating_point() else 4
+    buffer_bytes, semaphore_bytes = reduce_scratch_bytes(s.arch, tuple(inp.shape), reduce_dims,
+                                                         inp.element_size(), acc_bytes, inp.storage_offset())
+    if buffer_bytes:
+        name = func.__name__
+        ptr1, i1 = s.malloc(buffer_bytes, name, "workspaces")
+        ptr2, i2 = s.malloc(semaphore_bytes, name, "workspaces")
+        s.free(ptr2, i2, name)
+        s.free(ptr1, i1, name)
+
+
 TRACKS_OUTPUTS = frozenset({aten.convolution_backward.default})
 """Rules that account the op's outputs themselves (to interleave them with workspaces as the kernel does)."""
 
@@ -207,6 +308,7 @@ RULES: dict[Any, Any] = {
     aten.addmm.default: _addmm,
     aten._scaled_dot_product_flash_attention_backward.default: _flash_backward,
     aten._scaled_dot_product_efficient_attention_backward.default: _efficient_backward,
+    **dict.fromkeys([aten.sum.dim_IntList, aten.sum.default, aten.mean.dim, aten.mean.default], _reduction),
 }
 """aten op → ``rule(session, op, args, kwargs, outputs)`` adding the op's library allocations."""
 
