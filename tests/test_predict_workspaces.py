@@ -52,6 +52,16 @@ def test_held_out_stem_backward_weight(dtype: str) -> None:
         assert abs(pred - real) <= max(0.15 * real, MiB), (real, pred)
 
 
+def test_held_out_unit_stride_fp32_stem_backward_weight() -> None:
+    """The 3×3 stride-1 fp32 RGB stem: padded input + output up to 2^17 output pixels, none above (threshold
+    from the 224×224 and 64×64 stems; the 160×160 ones, 25,600 to 1,638,400 output pixels, held out)."""
+    rows = [(real, pred) for g, phase, real, pred in ROWS if phase == "backward_weight" and g["c_in"] == 3
+            and g["k"] == 3 and g["hw"] == 160 and g["dtype"] == "float32"]
+    assert len(rows) == 6
+    for real, pred in rows:
+        assert abs(pred - real) <= max(0.05 * real, MiB // 2), (real, pred)
+
+
 def test_fp32_stem_backward_input_needs_no_workspace() -> None:
     rows = [(real, pred) for g, phase, real, pred in ROWS if phase == "backward_input" and g["c_in"] == 3
             and g["dtype"] == "float32"]
@@ -63,7 +73,7 @@ def test_whole_probe_error() -> None:
     err = sum(abs(pred - real) for _, _, real, pred in ROWS)
     total = sum(real for _, _, real, _ in ROWS)
     assert len(ROWS) == 3 * 696
-    assert err <= 0.145 * total, err / total
+    assert err <= 0.143 * total, err / total
 
 
 def test_reduce_scratch_matches_setreduceconfig_by_hand() -> None:

@@ -92,7 +92,8 @@ def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, .
     - 1×1 stride 1 is a plain GEMM: none forward and backward-input; backward-weight keeps 64 split-K
       slices of the weight (at most input + output + 4 weights);
     - input channels not 16-byte aligned (an RGB stem): at stride 1 a direct kernel (none in fp32, none
-      forward in bf16); fp32 backward-input none; in bf16 the channels-last input is padded to 8 channels,
+      forward in bf16, except fp32 backward-weight over ≤ 2^17 output pixels: the input padded to 16-byte
+      pixels + the output); fp32 backward-input none; in bf16 the channels-last input is padded to 8 channels,
       and stride-1 backward-weight adds about sqrt(N·H·W)/2 partial weights; strided backward-weight as
       :func:`_unaligned_strided_backward_weight_bytes`;
     - 1×1 strided (a ResNet downsample) with ≤ 64 input channels forward, or ≤ 128 backward-input in fp32:
@@ -106,6 +107,9 @@ def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, .
     if pointwise and unit_stride:
         return min(64 * weight_bytes, input_bytes + output_bytes + 4 * weight_bytes) \
             if phase == "backward_weight" else 0
+    if (unaligned and unit_stride and element_bytes == 4 and phase == "backward_weight"
+            and output_pixels <= 1 << 17):
+        return _round(c_in * element_bytes, 16) * input_pixels + output_bytes
     if unaligned and ((unit_stride and (element_bytes == 4 or phase == "forward"))
                       or (phase == "backward_input" and element_bytes == 4)):
         return 0
