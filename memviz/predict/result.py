@@ -58,6 +58,8 @@ class Prediction:
             optimizer, other).
         device: the simulated device; arch: its :class:`memviz.predict.gpus.GpuArch`.
         cap_bytes / alloc_conf: the limit and config it ran under.
+        context_bytes: what the simulated device holds outside the allocator (the CUDA context): the
+            allocator could get at most the device's memory less this, or the cap if that is less.
         trace_seconds: how long the prediction took.
         notes: what this prediction met but does not model (empty when everything it ran is modelled),
             e.g. recurrent layers' cuDNN buffers, several streams, workspaces extrapolated to the arch.
@@ -71,6 +73,7 @@ class Prediction:
         self.arch = session.arch
         self.cap_bytes = cap_bytes
         self.alloc_conf = alloc_conf
+        self.context_bytes: int = a.context_bytes
         self.events: list[Event] = session.events
         self.phases: list[tuple[int, str]] = session.phase_marks
         self.stats: dict[str, int] = dict(a.memory_stats())

@@ -20,11 +20,7 @@ __all__ = ["BatchRow", "ConfigRow", "banner_html", "batch_table_html", "config_t
 
 def limit_bytes(p: Any) -> int:
     """What the allocator could get in prediction ``p``: the cap, else the device less the CUDA context."""
-    total = p.device.total_memory_bytes
-    context = getattr(p, "context_bytes", None)
-    if context is None:
-        context = p._allocator.context_bytes
-    device_limit = total - context
+    device_limit = p.device.total_memory_bytes - p.context_bytes
     return device_limit if p.cap_bytes is None else min(p.cap_bytes, device_limit)
 
 
