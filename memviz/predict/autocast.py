@@ -159,8 +159,9 @@ class CudaEmulation:
                 low = torch.get_autocast_dtype("cuda")
                 if policy in (LOWER, FP32):
                     to = low if policy == LOWER else torch.float32
-                    args = tuple(self._cast(to, a) for a in args)
-                    kwargs = {k: self._cast(to, v) for k, v in kwargs.items()}
+                    # C++ evaluates the cast pack right to left (GCC): the last argument is cast first
+                    kwargs = {k: self._cast(to, v) for k, v in reversed(list(kwargs.items()))}
+                    args = tuple(reversed([self._cast(to, a) for a in reversed(args)]))
                 elif policy == SET_OPT_DTYPE:
                     if self._eligible(args[0]):
                         if dtype_kwarg_only or dtype_index >= len(args):
@@ -178,8 +179,9 @@ class CudaEmulation:
                         for t in (a if isinstance(a, (list, tuple)) else (a,)):
                             if self._eligible(t) and t.dtype is torch.float32:
                                 to = torch.float32
-                    args = tuple(self._cast(to, a) for a in args)
-                    kwargs = {k: self._cast(to, v) for k, v in kwargs.items()}
+                    # C++ evaluates the cast pack right to left (GCC): the last argument is cast first
+                    kwargs = {k: self._cast(to, v) for k, v in reversed(list(kwargs.items()))}
+                    args = tuple(reversed([self._cast(to, a) for a in reversed(args)]))
                 else:  # BANNED
                     raise RuntimeError(
                         "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.\n"
