@@ -16,10 +16,12 @@ rule on a test case; it looks up the target's architecture here.
 - ``sm_count``, ``max_threads_per_sm``: ``multiProcessorCount`` and ``maxThreadsPerMultiProcessor`` of the
   device properties (NVIDIA's specifications: T4 40/1024, L4 58/1536, A100 108/2048, H100 and H200 SXM
   132/2048); torch's reduction kernels size their global-memory scratch from them (``Reduce.cuh``).
-- ``context_bytes``: the CUDA context and the libraries' modules, outside the allocator (what
-  ``nvidia-smi`` shows beyond ``memory_reserved()``). Measured on the H200 with NVML right after CUDA
-  init: ~1.2 GB (lesson 6); other cards' figures are the same order (driver-dependent) and are used
-  only for uncapped runs: a cap bounds the allocator itself.
+- ``context_bytes``: the CUDA context and the libraries' modules, outside the allocator but inside
+  ``total_memory`` (which already leaves out the driver's own reservation, the rest of what NVML counts).
+  Measured on the H200 (torch 2.11, driver 580): ``total - free`` of ``mem_get_info`` right after CUDA
+  init, less the 2 MiB then reserved, is 552,402,944 bytes (lesson 6; ``memviz/data/h200_recorded.json``).
+  Other cards take the same figure (it depends on the driver and the modules loaded, not on the card's
+  size); it matters only for uncapped runs: a cap bounds the allocator itself.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ class GpuArch:
     capability: tuple[int, int]
     cublas_workspace_bytes: int
     cublaslt_workspace_bytes: int = 1 * MiB
-    context_bytes: int = 1_200_000_000
+    context_bytes: int = 552_402_944
     sm_count: int = 132
     max_threads_per_sm: int = 2048
 
