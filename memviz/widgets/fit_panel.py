@@ -201,8 +201,8 @@ class FitPanel:
         with self.gauges.hold_sync():
             self.gauges.title = gauge_title(p)
             self.gauges.rows = gauge_rows(p)
-            self.gauges.note = ("Peaks of the whole run. The CUDA context (about 1.2 GB on an H200) lives outside "
-                                "the allocator: a preset's limit is its memory less the context.")  # fmt: skip
+            self.gauges.note = (f"Peaks of the whole run. The CUDA context ({format_bytes(p.context_bytes)}) lives "
+                                "outside the allocator: a GPU's limit is its memory less the context.")  # fmt: skip
         layers: dict[str, list[int]] = {}
         for row in p.breakdown_over_time():
             for cat, nbytes in row.items():
