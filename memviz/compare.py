@@ -21,7 +21,7 @@ from memviz.lab import Lab
 from memviz.sim.presets import RECORDED_CONFIGS, WORKLOAD_CONFIGS
 from memviz.units import format_bytes
 
-__all__ = ["RECORDED_CONFIGS", "WORKLOAD_CONFIGS", "Comparison", "Run", "compare", "compare_configs"]
+__all__ = ["RECORDED_CONFIGS", "WORKLOAD_CONFIGS", "Comparison", "Run", "compare_configs"]
 
 
 @dataclass(frozen=True)
@@ -154,8 +154,3 @@ def compare_configs(
             lab = Lab("sim", device=device, cap=cap, alloc_conf=conf)
             runs.append(Run(label, conf, lab, workload(lab)))
     return Comparison(runs)
-
-
-compare = compare_configs
-"""The name lessons used before ``compare_configs`` (``memviz.parity`` compares labs, not configs); kept until
-the notebooks import ``compare_configs``."""

@@ -29,10 +29,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memviz.devices import PRESETS, SimulatedDevice, simulated_device
+from memviz.sim.constants import MiB
 
 __all__ = ["ARCHS", "GpuArch", "arch_for"]
 
-MiB = 1 << 20
 
 
 @dataclass(frozen=True)
