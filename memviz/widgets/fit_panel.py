@@ -303,7 +303,7 @@ class FitPanel:
         fits = f"<tr><td>fits</td><td>{predicted.fits}</td><td>{measured.fits}</td><td></td></tr>"
         self.real_html.value = (
             f"<b>predicted vs measured on this GPU</b> <small>(config {escape(conf or 'default')}: this process's; "
-            f"ran in {measured.seconds:.1f} s; a workspace this process already holds is not allocated again)"
+            f"ran in {measured.seconds:.1f} s, with the cap for itself above what this process held before)"
             f"</small><table class='memviz-fit-real'><tr><th></th><th>predicted</th><th>measured</th><th>error</th>"
             f"</tr>{rows}{fits}</table>{escape(measured.oom_message)}"
         )  # fmt: skip
