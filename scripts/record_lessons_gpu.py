@@ -8,6 +8,8 @@ Writes to DIR:
   kernel ``python3``, cwd ``notebooks/``): its tags, the output this GPU printed, the stored output (the
   simulator's), and whether the two are equal. The "in your own code" cells' GPU output is the part the
   lessons show as recorded; ``nbval`` compares only the untagged cells and prints none of it.
+- ``torch_facts.json``: what the lessons say about this torch: its version, the number of
+  ``memory_stats()`` keys, the warning ``torch.cuda.memory._set_allocator_settings`` gives (lesson 6).
 - ``whatif_real.json``: lesson 9's shipped run (``notebooks/data/workload_default.pickle``) replayed
   request by request through PyTorch's own allocator (``torch.empty`` / ``del``, uint8, stream 0) under
   the caps and configs lesson 9 shows, each in a fresh process with ``PYTORCH_CUDA_ALLOC_CONF`` set before
@@ -133,6 +135,22 @@ def replay_sim(alloc_conf: str, cap_bytes: int | None, total_bytes: int) -> dict
             "num_alloc_retries": run.num_alloc_retries}
 
 
+def torch_facts() -> dict:
+    """The torch facts lessons 2 and 6 state, read on this machine (runs in a fresh process)."""
+    code = """
+import json, warnings, torch
+torch.cuda.init()
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    torch.cuda.memory._set_allocator_settings("expandable_segments:False")
+print(json.dumps({"torch": torch.__version__, "memory_stats_keys": len(torch.cuda.memory_stats()),
+                  "has_cached_bytes": "cached_bytes" in torch.cuda.memory_stats(),
+                  "set_allocator_settings_warnings": [f"{w.category.__name__}: {w.message}" for w in caught]}))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    return json.loads(done.stdout.splitlines()[-1]) if done.returncode == 0 else {"error": done.stderr[-2000:]}
+
+
 def run_replays() -> list[dict]:
     """Each replay in its own process (the config must be set before CUDA starts), beside the simulator's."""
     import torch
@@ -173,6 +191,7 @@ def main() -> int:
     if args.out is None:
         parser.error("--out DIR is required")
     args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "torch_facts.json").write_text(json.dumps(torch_facts(), indent=1))
     (args.out / "whatif_real.json").write_text(json.dumps(run_replays(), indent=1))
     if not args.skip_notebooks:
         (args.out / "lessons_gpu_outputs.json").write_text(json.dumps(run_notebooks(), indent=1))
