@@ -1,6 +1,6 @@
 """Probe a real GPU for what the lessons show: the driver's view, an OOM that pins nothing, cache timings.
 
-Run by scripts/gpu-check.sh; prints JSON lines. Needs CUDA.
+Run by scripts/gpu-run.sh (its check phase); prints JSON lines. Needs CUDA.
 """
 
 import gc

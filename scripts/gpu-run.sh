@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# One batch on a real GPU machine (the device tool's H200): the checks, then the recordings, each phase
+# bounded in time, everything it writes packed into one file ($OUT/gpu-run.tgz: the device tool brings
+# back only a few files). Uses the machine's python3 with its own CUDA torch; wheels for what it lacks
+# (ipywidgets, plotly, nbval, ...) from .whl/ (../shared/tools/gpu-wheels.sh fetches them).
+#
+#   bash scripts/gpu-run.sh check     # parity and fit-panel tests (-m cuda), predictor tests, probe, nbval
+#   bash scripts/gpu-run.sh record    # scripts/record_streams.py and scripts/record_fit.py (fresh processes)
+#   bash scripts/gpu-run.sh execute   # every lesson executed here, the .ipynb with this GPU's outputs kept
+#   bash scripts/gpu-run.sh check execute record
+#
+# RECORD_FIT_ARGS / RECORD_STREAMS_ARGS override the recorders' arguments; BUDGET_S (default 570) is the
+# whole run's wall-clock budget: each phase gets what is left, so the pack is always written.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-gpu-run-out}; mkdir -p "$out/logs"
+start=$(date +%s); budget=${BUDGET_S:-570}
+left() { echo $(( budget - ($(date +%s) - start) - 20 )); }
+pack() { tar -czf "$out/gpu-run.tgz" -C "$out" --exclude gpu-run.tgz . 2>/dev/null; ls -la "$out"; }
+trap pack EXIT
+
+if ls .whl/*.whl >/dev/null 2>&1; then
+  site=$(mktemp -d)
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .whl/*.whl || exit 1
+  export PYTHONPATH="$site:$PWD" PATH="$site/bin:$PATH"
+  python3 -m ipykernel install --user --name python3 >/dev/null
+else
+  export PYTHONPATH="$PWD"
+fi
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv > "$out/logs/nvidia-smi.txt"
+python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))" \
+  > "$out/logs/torch.txt" 2>&1
+nproc > "$out/logs/nproc.txt"
+
+phase() {  # phase NAME COMMAND...: run with the time left, log to logs/NAME.log, status to logs/status.txt
+  local name=$1; shift
+  local t; t=$(left)
+  if [ "$t" -lt 15 ]; then echo "$name skipped (no time)" >> "$out/logs/status.txt"; return; fi
+  local t0; t0=$(date +%s)
+  timeout -k 5 "$t" "$@" > "$out/logs/$name.log" 2>&1
+  echo "$name rc=$? ${t0}..$(date +%s) ($(( $(date +%s) - t0 )) s)" >> "$out/logs/status.txt"
+}
+
+pytest_gpu=(python3 -m pytest -p no:cacheprovider -o addopts="" -v -rs)
+for what in "$@"; do
+  case $what in
+    check)
+      phase cuda-tests "${pytest_gpu[@]}" -m cuda tests/
+      phase predict-tests "${pytest_gpu[@]}" -x tests/test_predict.py tests/test_predict_cli.py \
+        tests/test_predict_workspaces.py tests/test_fit_panel.py
+      phase probe python3 scripts/gpu_probe.py
+      phase nbval "${pytest_gpu[@]}" --nbval --nbval-current-env --nbval-cell-timeout=180 notebooks/
+      ;;
+    execute)  # every lesson run top to bottom on this GPU, saved with its outputs (after check: it rewrites them)
+      mkdir -p "$out/executed"
+      phase execute python3 scripts/refresh_notebooks.py
+      cp notebooks/*.ipynb "$out/executed/"
+      ;;
+    record)
+      mkdir -p "$out/streams" "$out/fit"
+      # both recorders run at once (each run is its own process, under its own cap; stats are per process)
+      phase record-streams python3 scripts/record_streams.py --out "$out/streams" ${RECORD_STREAMS_ARGS:-} &
+      phase record-fit python3 scripts/record_fit.py --out "$out/fit" ${RECORD_FIT_ARGS:-} &
+      wait
+      ;;
+    *) echo "unknown phase $what" >> "$out/logs/status.txt" ;;
+  esac
+done
