@@ -6,10 +6,10 @@
 #
 #   bash scripts/gpu-run.sh check     # parity and fit-panel tests (-m cuda), predictor tests, probe, nbval
 #   bash scripts/gpu-run.sh record    # scripts/record_streams.py and scripts/record_fit.py (fresh processes)
-#   bash scripts/gpu-run.sh execute   # every lesson executed here, the .ipynb with this GPU's outputs kept
-#   bash scripts/gpu-run.sh check execute record
+#   bash scripts/gpu-run.sh lessons   # scripts/record_lessons_gpu.py: every lesson's GPU output, lesson 9's what-ifs for real
+#   bash scripts/gpu-run.sh check lessons record
 #
-# RECORD_FIT_ARGS / RECORD_STREAMS_ARGS override the recorders' arguments; BUDGET_S (default 570) is the
+# RECORD_FIT_ARGS / RECORD_STREAMS_ARGS / RECORD_LESSONS_ARGS add to the recorders' arguments; BUDGET_S (default 570) is the
 # whole run's wall-clock budget: each phase gets what is left, so the pack is always written.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -52,10 +52,8 @@ for what in "$@"; do
       phase probe python3 scripts/gpu_probe.py
       phase nbval "${pytest_gpu[@]}" --nbval --nbval-current-env --nbval-cell-timeout=180 notebooks/
       ;;
-    execute)  # every lesson run top to bottom on this GPU, saved with its outputs (after check: it rewrites them)
-      mkdir -p "$out/executed"
-      phase execute python3 scripts/refresh_notebooks.py
-      cp notebooks/*.ipynb "$out/executed/"
+    lessons)  # lessons 01-09 executed here (each cell's GPU output kept) and lesson 9's what-ifs on the real allocator
+      phase lessons python3 scripts/record_lessons_gpu.py --out "$out/lessons" ${RECORD_LESSONS_ARGS:-}
       ;;
     record)
       mkdir -p "$out/streams" "$out/fit"
