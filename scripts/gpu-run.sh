@@ -4,7 +4,8 @@
 # back only a few files). Uses the machine's python3 with its own CUDA torch; wheels for what it lacks
 # (ipywidgets, plotly, nbval, ...) from .whl/ (../shared/tools/gpu-wheels.sh fetches them).
 #
-#   bash scripts/gpu-run.sh check     # parity and fit-panel tests (-m cuda), predictor tests, probe, nbval
+#   bash scripts/gpu-run.sh check     # = cuda predict probe nbval: the tests marked cuda (parity, the fit panel's
+#                                     # run for real), the predictor's tests, a driver probe, every lesson under nbval
 #   bash scripts/gpu-run.sh record    # scripts/record_streams.py and scripts/record_fit.py (fresh processes)
 #   bash scripts/gpu-run.sh lessons   # scripts/record_lessons_gpu.py: every lesson's GPU output, lesson 9's what-ifs for real
 #   bash scripts/gpu-run.sh check lessons record
@@ -43,15 +44,14 @@ phase() {  # phase NAME COMMAND...: run with the time left, log to logs/NAME.log
 }
 
 pytest_gpu=(python3 -m pytest -p no:cacheprovider -o addopts="" -v -rs)
-for what in "$@"; do
+phases=("$@"); phases=("${phases[@]/#check/cuda predict probe nbval}")
+for what in ${phases[*]}; do
   case $what in
-    check)
-      phase cuda-tests "${pytest_gpu[@]}" -m cuda tests/
-      phase predict-tests "${pytest_gpu[@]}" -x tests/test_predict.py tests/test_predict_cli.py \
-        tests/test_predict_workspaces.py tests/test_fit_panel.py
-      phase probe python3 scripts/gpu_probe.py
-      phase nbval "${pytest_gpu[@]}" --nbval --nbval-current-env --nbval-cell-timeout=180 notebooks/
-      ;;
+    cuda) phase cuda-tests "${pytest_gpu[@]}" -m cuda -s tests/ ;;
+    predict) phase predict-tests "${pytest_gpu[@]}" -x tests/test_predict.py tests/test_predict_cli.py \
+        tests/test_predict_workspaces.py tests/test_fit_panel.py ;;
+    probe) phase probe python3 scripts/gpu_probe.py ;;
+    nbval) phase nbval "${pytest_gpu[@]}" --nbval --nbval-current-env --nbval-cell-timeout=180 notebooks/ ;;
     lessons)  # lessons 01-09 executed here (each cell's GPU output kept) and lesson 9's what-ifs on the real allocator
       phase lessons python3 scripts/record_lessons_gpu.py --out "$out/lessons" ${RECORD_LESSONS_ARGS:-}
       ;;
