@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import pickle
+from html import escape
 from pathlib import Path
 
 import numpy as np
@@ -213,28 +214,39 @@ def test_what_if_table_lands_on_the_real_runs(history):
     try:
         text = w.table()
         lines = text.splitlines()
-        assert lines[0].split()[:2] == ["config", "device"]
+        assert lines[0] == "device: unlimited"  # one device: a caption, no device column
+        assert lines[2].split()[:2] == ["config", "reserved"]  # the headers' second line
         recorded = next(line for line in lines if line.startswith("recorded: default"))
         expandable = next(line for line in lines if line.startswith("expandable: expandable_segments:True"))
         assert "9520 MiB" in recorded and " 102 " in recorded and "41.1%" in recorded
         assert "5870 MiB" in expandable and " 85 " in expandable
-        assert lines[-1] == (
-            "replaying under the recorded config (default) reproduces the recorded segment states: "
-            "yes, 25 of 25 checked; reserved bytes match at 41,979 of 41,979 requests"
+        assert " ".join(lines[lines.index(expandable) + 1:]) == (
+            "replaying under the recorded config (default) reproduces the recording: segment states match at 25 "
+            "of 25 sampled events, reserved bytes at 41,979 of 41,979 requests, allocated bytes at 41,979 of "
+            "41,979 requests"
         )
-        assert [r.result.peak_reserved_bytes for r in w.rows] == [9520 * MiB, 5870 * MiB]
-        assert "9520 MiB" in w.html.value and "yes, 25 of 25" in w.html.value
-        assert list(w.figure.data[0].x) == [9520, 5870]
         assert w.fidelity is not None and w.fidelity.exact
+        assert [r.result.peak_reserved_bytes for r in w.rows] == [9520 * MiB, 5870 * MiB]
+        assert "9520 MiB" in w.html.value and escape(w.fidelity.describe()) in w.html.value
+        assert "color:#2ca02c" in w.html.value  # the fidelity sentence is green
+        assert list(w.figure.data[0].x) == [9520, 5870]
     finally:
         w.close()
 
 
+def test_what_if_table_and_report_print_the_same_rows(history):
+    """One implementation: the widget's text is the report's table under a device caption."""
+    w = WhatIfTable(history, ["expandable_segments:True"], progress=False)
+    assert w.table() == f"device: unlimited\n{w.reports[0].table()}"
+    assert max(len(line) for line in w.table().splitlines()) == 100  # a lesson prints it within 100 columns
+
+
 def test_what_if_under_a_cap_the_default_ooms_and_expandable_fits(capped):
     text = capped.table()
+    assert text.splitlines()[0] == "device: unlimited, cap 6000 MiB"
     recorded = next(line for line in text.splitlines() if line.startswith("recorded: default"))
     expandable = next(line for line in text.splitlines() if line.startswith("expandable:"))
-    assert "cap 6000 MiB" in recorded and recorded.split()[-6:-4] == ["2", "7,708"]
+    assert recorded.split()[-6:-4] == ["2", "7,708"]
     assert "5870 MiB" in expandable and expandable.split()[-6:-4] == ["0", "-"]
     assert capped.fidelity is None and "reproduces" not in text
     assert "color:#d62728" in capped.html.value  # the OOM cells are red
@@ -251,7 +263,10 @@ def test_several_devices_and_the_fidelity_check_on_the_small_recording():
         ("recorded", "Tesla T4 16 GB"),
         ("expandable_segments:True", "Tesla T4 16 GB"),
     ]
-    assert "yes, 25 of 25 checked" in w.table()
+    lines = w.table().splitlines()
+    assert lines[1].split()[:2] == ["config", "device"]  # several devices: a device column
+    assert lines[4].split()[2:4] == ["unlimited", "236"] and lines[6].split()[2:6] == ["Tesla", "T4", "16", "GB"]
+    assert "segment states match at 25 of 25 sampled events" in " ".join(lines)
 
 
 def test_bad_sources_say_what_is_wrong(tmp_path):

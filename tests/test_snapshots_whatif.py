@@ -4,6 +4,7 @@ The same run was executed under each config on an H200 capped at 12 GiB (tests/d
 workload/*.json); the replay of the default run's events must land on what each real run reached.
 """
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -62,8 +63,13 @@ def test_expandable_avoids_the_fragmentation(report):
     default, expandable = report.results["recorded"], report.results["expandable"]
     assert expandable.peak_reserved_bytes < 0.65 * default.peak_reserved_bytes
     assert expandable.fragmentation_at_peak < default.fragmentation_at_peak
-    text = report.table()
-    assert "5870 MiB" in text and "9520 MiB" in text and "exactly" in text
+    lines = report.table().splitlines()
+    rows = {line.split()[0]: line.split() for line in lines[3:6]}  # below the two header lines and the rule
+    assert rows["(recorded)"][1:5] == ["9520", "MiB", "5752", "MiB"]
+    assert rows["recorded:"][2:4] == ["9520", "MiB"] and rows["recorded:"][-1] == "41.1%"
+    assert rows["expandable:"][2:4] == ["5870", "MiB"] and rows["expandable:"][-1] == "2.1%"
+    assert " ".join(lines[6:]) == report.fidelity.describe()  # wrapped at the table's width
+    assert max(len(line) for line in lines) == len(lines[2])  # the rule is the table's width
     assert [r["name"] for r in report.rows()] == ["recorded", "expandable"]
 
 
@@ -100,6 +106,19 @@ def test_recorded_oom_is_retried_under_the_what_if():
     assert small.oom_event_indices == [2] and small.recorded_ooms_avoided == []
     big = replay(h, "", cap_bytes=4 << 30, progress=False)
     assert big.num_ooms == 0 and big.recorded_ooms_avoided == [2]
+
+
+def test_a_fidelity_report_that_differs_says_where():
+    fid = check_fidelity(DATA / "train_snapshot.pickle", progress=False)
+    worse = dataclasses.replace(fid, reserved_matches=fid.reserved_matches - 1, first_reserved_mismatch=1234,
+                                states_matching=fid.states_matching - 1, first_state_mismatch=56)  # fmt: skip
+    assert not worse.exact
+    assert worse.describe() == (
+        "replaying under the recorded config (default) does not reproduce the recording: segment states match at "
+        f"{fid.states_compared - 1} of {fid.states_compared} sampled events (first difference at event 56), "
+        f"reserved bytes at {fid.events_compared - 1} of {fid.events_compared} requests (first difference at "
+        f"event 1,234), allocated bytes at {fid.events_compared} of {fid.events_compared} requests"
+    )
 
 
 def test_train_snapshot_fidelity_and_errors():

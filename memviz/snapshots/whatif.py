@@ -14,9 +14,10 @@ the what-if numbers are only as good as that match. All sizes are bytes.
 
 from __future__ import annotations
 
+import textwrap
 import time
 from array import array
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,16 +32,26 @@ from .history import TRACE_ACTION_CODES, SnapshotHistory
 from .progress import progress_bar
 
 __all__ = [
+    "TABLE_HEADERS",
     "FidelityReport",
     "ReplayResult",
     "WhatIfReport",
     "check_fidelity",
+    "format_table",
+    "recorded_cells",
     "replay",
     "what_if",
 ]
 
 UNLIMITED_DEVICE_BYTES = MAX_DEVICE_BYTES  # default simulated device: 16 TiB, so only a cap can cause an OOM
 _REQUEST_CODES = tuple(TRACE_ACTION_CODES.index(a) for a in ("alloc", "free_completed", "oom"))
+
+TABLE_HEADERS = ("config", "peak\nreserved", "peak\nallocated", "OOMs", "first\nOOM", "cudaMalloc", "cudaFree",
+                 "retries", "frag@peak")  # fmt: skip
+"""The columns of a what-if table, one row per replay (:meth:`ReplayResult.cells`); a header's lines split at
+``\\n`` (two short lines keep the plain-text table within 100 columns). ``cudaMalloc`` counts segment
+allocations (page maps under ``expandable_segments``), ``retries`` the mallocs that freed the whole cache and
+tried again, ``frag@peak`` is ``(reserved - allocated) / reserved`` when reserved peaked."""
 
 
 def _as_history(source: Any, progress: bool | None) -> SnapshotHistory:
@@ -122,6 +133,46 @@ class ReplayResult:
             "fragmentation_at_peak": self.fragmentation_at_peak,
             "largest_free_block_bytes": self.largest_free_block_bytes,
         }
+
+    @property
+    def label(self) -> str:
+        """The row label in a table: the name, followed by the config when the name is not the config itself."""
+        conf = self.alloc_conf or "default"
+        return self.name if self.name == conf else f"{self.name}: {conf}"
+
+    def cells(self) -> list[str]:
+        """This replay's row of a what-if table, one string per :data:`TABLE_HEADERS` column (MiB, counts,
+        percent)."""
+        first = f"{self.oom_event_indices[0]:,}" if self.oom_event_indices else "-"
+        return [self.label, f"{self.peak_reserved_bytes / MiB:.0f} MiB", f"{self.peak_allocated_bytes / MiB:.0f} MiB",
+                str(self.num_ooms), first, str(self.num_device_alloc), str(self.num_device_free),
+                str(self.num_alloc_retries), f"{100 * self.fragmentation_at_peak:.1f}%"]  # fmt: skip
+
+
+def recorded_cells(peak_reserved_bytes: int, peak_allocated_bytes: int) -> list[str]:
+    """The row of a what-if table that shows the recording's own peaks (bytes); the replay-only columns empty."""
+    cells = ["(recorded)", f"{peak_reserved_bytes / MiB:.0f} MiB", f"{peak_allocated_bytes / MiB:.0f} MiB"]
+    return cells + [""] * (len(TABLE_HEADERS) - len(cells))
+
+
+def format_table(rows: Sequence[Sequence[str]], left_columns: int = 1, footer: str | None = None) -> str:
+    """Lay out ``rows`` (the headers first, a header's lines split at ``\\n``) as plain text: the first
+    ``left_columns`` columns left-aligned, the others right-aligned, two spaces apart, a rule under the headers,
+    then ``footer`` (e.g. :meth:`FidelityReport.describe`) wrapped at the table's width (default: none)."""
+    heads = [h.split("\n") for h in rows[0]]
+    depth = max(len(h) for h in heads)
+    heads = [[""] * (depth - len(h)) + h for h in heads]  # a one-line header sits on the last line
+    head_rows = [[h[k] for h in heads] for k in range(depth)]
+    body = [list(r) for r in rows[1:]]
+    widths = [max(len(r[c]) for r in head_rows + body) for c in range(len(heads))]
+
+    def line(row: Sequence[str]) -> str:
+        return "  ".join(t.ljust(w) if c < left_columns else t.rjust(w)
+                         for c, (t, w) in enumerate(zip(row, widths, strict=True))).rstrip()  # fmt: skip
+
+    width = sum(widths) + 2 * (len(widths) - 1)
+    foot = [] if footer is None else textwrap.wrap(footer, width)
+    return "\n".join([*map(line, head_rows), "-" * width, *map(line, body), *foot])
 
 
 def _compile(history: SnapshotHistory) -> tuple[list[Op], list[int]]:
@@ -338,14 +389,22 @@ class FidelityReport:
                 and self.states_matching == self.states_compared)
 
     def describe(self) -> str:
-        """Return one line saying how well the replay matched."""
-        if self.exact:
-            return (f"replay under the recorded config ({self.alloc_conf or 'default'}) reproduces the recording "
-                    f"exactly: {self.events_compared} events, {self.states_compared} sampled segment states")
-        return (f"replay under the recorded config ({self.alloc_conf or 'default'}): reserved bytes match at "
-                f"{self.reserved_matches}/{self.events_compared} events (first mismatch at event "
-                f"{self.first_reserved_mismatch}), segment states at {self.states_matching}/"
-                f"{self.states_compared} sampled events (first mismatch at {self.first_state_mismatch})")
+        """Return one sentence: does replaying under the recorded config reproduce the recording, and how many
+        of the sampled segment states and of the requests' reserved and allocated bytes matched (each count
+        with the first event that differed, if one did)."""
+
+        def matched(what: str, ok: int, total: int, unit: str, first: int | None) -> str:
+            where = "" if first is None else f" (first difference at event {first:,})"
+            return f"{what} at {ok:,} of {total:,} {unit}{where}"
+
+        verdict = "reproduces" if self.exact else "does not reproduce"
+        return (f"replaying under the recorded config ({self.alloc_conf or 'default'}) {verdict} the recording: "
+                + matched("segment states match", self.states_matching, self.states_compared, "sampled events",
+                          self.first_state_mismatch) + ", "
+                + matched("reserved bytes", self.reserved_matches, self.events_compared, "requests",
+                          self.first_reserved_mismatch) + ", "
+                + matched("allocated bytes", self.allocated_matches, self.events_compared, "requests",
+                          self.first_allocated_mismatch))  # fmt: skip
 
 
 def check_fidelity(
@@ -439,24 +498,15 @@ class WhatIfReport:
         """Return :meth:`ReplayResult.summary` for every config, in order (for a table widget)."""
         return [r.summary() for r in self.results.values()]
 
+    def cells(self) -> list[list[str]]:
+        """Return the table as strings: :data:`TABLE_HEADERS`, the recording's own peaks, then one row per
+        config (:meth:`ReplayResult.cells`)."""
+        recorded = recorded_cells(self.recorded_peak_reserved_bytes, self.recorded_peak_allocated_bytes)
+        return [list(TABLE_HEADERS), recorded, *(r.cells() for r in self.results.values())]
+
     def table(self) -> str:
-        """Return a plain-text side-by-side table (MiB, counts, percent)."""
-        head = (f"{'config':<44} {'peak reserved':>14} {'peak alloc':>11} {'OOMs':>5} {'first OOM':>9} "
-                f"{'cudaMalloc':>10} {'cudaFree':>8} {'frag@peak':>9}")
-        lines = [head, "-" * len(head)]
-        lines.append(f"{'(recorded)':<44} {self.recorded_peak_reserved_bytes / MiB:>10.0f} MiB "
-                     f"{self.recorded_peak_allocated_bytes / MiB:>7.0f} MiB")
-        for r in self.results.values():
-            first = r.oom_event_indices[0] if r.oom_event_indices else "-"
-            label = r.name if r.name == (r.alloc_conf or "default") else f"{r.name}: {r.alloc_conf or 'default'}"
-            lines.append(
-                f"{label[:44]:<44} {r.peak_reserved_bytes / MiB:>10.0f} MiB {r.peak_allocated_bytes / MiB:>7.0f} MiB "
-                f"{r.num_ooms:>5} {first!s:>9} {r.num_device_alloc:>10} {r.num_device_free:>8} "
-                f"{100 * r.fragmentation_at_peak:>8.1f}%"
-            )
-        if self.fidelity is not None:
-            lines.append(self.fidelity.describe())
-        return "\n".join(lines)
+        """Return :meth:`cells` as plain text (:func:`format_table`), then :meth:`FidelityReport.describe`."""
+        return format_table(self.cells(), footer=None if self.fidelity is None else self.fidelity.describe())
 
 
 def what_if(

@@ -4,13 +4,14 @@
 ``alloc``/``free`` sequence through :func:`memviz.snapshots.what_if` (the recorded config first, then each
 config, on each device size) and shows one row per replay: peak reserved, peak allocated, OOMs and the
 first OOM event, ``cudaMalloc``/``cudaFree`` counts, retries and the fragmentation at peak reserved; then the
-fidelity line (does replaying under the recorded config reproduce the recorded segment states?) and a
-bar chart of peak reserved per replay. :meth:`WhatIfTable.table` is the same table as plain text, for
-notebooks whose saved output a test compares.
+fidelity sentence (does replaying under the recorded config reproduce the recording?) and a bar chart of
+peak reserved per replay. The words and numbers come from the reports (:meth:`ReplayResult.cells`,
+:meth:`FidelityReport.describe`); the views only lay them out. :meth:`WhatIfTable.table` is the same table
+as plain text, for notebooks whose saved output a test compares.
 
 Making a ``WhatIfTable`` checks its arguments and runs nothing: the replays (:func:`replay_grid`) run once,
-the first time a result, the table or the view is asked for. The views are small functions of the rows:
-:func:`table_text`, :func:`table_html` and :func:`peaks_figure`.
+the first time a result, the table or the view is asked for. The views are small functions of the rows
+(:mod:`memviz.widgets.whatif_views`): :func:`table_text`, :func:`table_html` and :func:`peaks_figure`.
 """
 
 from __future__ import annotations
@@ -37,9 +38,9 @@ from memviz.snapshots import (
 from memviz.units import format_bytes, parse_size
 from memviz.widgets._common import MiB, close_tree
 from memviz.widgets.snapshot_viewer import history_of
-from memviz.widgets.whatif_views import HEADERS, fidelity_line, peaks_figure, table_html, table_text
+from memviz.widgets.whatif_views import grid_cells, peaks_figure, table_html, table_text
 
-__all__ = ["WhatIfGrid", "WhatIfRow", "WhatIfTable", "fidelity_line", "peaks_figure", "replay_grid", "table_html",
+__all__ = ["WhatIfGrid", "WhatIfRow", "WhatIfTable", "grid_cells", "peaks_figure", "replay_grid", "table_html",
            "table_text", "what_if_widget"]
 
 AUTO_PROGRESS_REQUESTS = 100_000  # show a tqdm.auto bar over the replays from this many replayed requests
@@ -114,8 +115,7 @@ def replay_grid(history: SnapshotHistory, configs: Mapping[str, str], devices: S
     rows: list[WhatIfRow] = []
     for total, label in devices:
         if cap_bytes is not None:
-            cap_text = f"cap {_size_label(cap_bytes)}"
-            label = cap_text if total is None else f"{label}, {cap_text}"
+            label = f"{label}, cap {_size_label(cap_bytes)}"
         here = check and fidelity is None and (total, cap_bytes) == recorded
         report = what_if(history, configs, device_total_bytes=total, cap_bytes=cap_bytes, check=here,
                          progress=progress)  # fmt: skip
@@ -160,8 +160,6 @@ class WhatIfTable:
         TypeError / SnapshotError: ``source`` is not a snapshot, or has no events to replay.
         ValueError: a bad device, cap or size (e.g. a cap above a device's memory).
     """
-
-    HEADERS = HEADERS
 
     def __init__(
         self,

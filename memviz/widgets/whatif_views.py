@@ -1,5 +1,9 @@
 """The views of a :class:`~memviz.widgets.whatif_table.WhatIfTable`: small functions of its replays' rows
-(the plain-text table lessons print, the same table in HTML, the bar chart of peak reserved)."""
+(the plain-text table lessons print, the same table in HTML, the bar chart of peak reserved).
+
+The words and numbers are the reports' own (:meth:`~memviz.snapshots.ReplayResult.cells`,
+:func:`~memviz.snapshots.whatif.recorded_cells`, :meth:`~memviz.snapshots.FidelityReport.describe`); these
+functions only lay them out, adding the device a replay ran on."""
 
 from __future__ import annotations
 
@@ -7,98 +11,75 @@ from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 
-from memviz.snapshots import FidelityReport
+from memviz.snapshots.whatif import TABLE_HEADERS, format_table, recorded_cells
 from memviz.widgets._common import TEMPLATE, MiB, escape
 from memviz.widgets.figure import Figure
 
 if TYPE_CHECKING:
-    from memviz.widgets.whatif_table import WhatIfGrid, WhatIfRow
+    from memviz.widgets.whatif_table import WhatIfGrid
 
-__all__ = ["HEADERS", "fidelity_line", "peaks_figure", "table_html", "table_text"]
-
-HEADERS = ("config", "device", "peak reserved", "peak alloc", "OOMs", "first OOM", "cudaMalloc", "cudaFree",
-           "retries", "frag@peak")
+__all__ = ["grid_cells", "peaks_figure", "table_html", "table_text"]
 
 
-
-def fidelity_line(fidelity: FidelityReport) -> str:
-    """One line: does replaying under the recorded config reproduce the recorded segment states?"""
-    same = fidelity.states_matching == fidelity.states_compared and fidelity.states_compared > 0
-    line = (
-        f"replaying under the recorded config ({fidelity.alloc_conf or 'default'}) reproduces the recorded "
-        f"segment states: {'yes' if same else 'no'}, {fidelity.states_matching} of {fidelity.states_compared} "
-        f"checked; reserved bytes match at {fidelity.reserved_matches:,} of {fidelity.events_compared:,} "
-        "requests"
-    )
-    if fidelity.first_state_mismatch is not None:
-        line += f" (first differing state at event {fidelity.first_state_mismatch:,})"
-    return line
+def _several_devices(grid: WhatIfGrid) -> bool:
+    return len({r.device for r in grid.rows}) > 1
 
 
-def _label(row: WhatIfRow) -> str:
-    conf = row.result.alloc_conf or "default"
-    return row.config if row.config == conf else f"{row.config}: {conf}"
+def _label_columns(grid: WhatIfGrid) -> int:
+    """How many columns name a row (left-aligned): the config, and the device when there are several."""
+    return 2 if _several_devices(grid) else 1
 
 
-def _cells(row: WhatIfRow) -> list[str]:
-    """One row's cells, from the replay's :meth:`~memviz.snapshots.ReplayResult.summary`."""
-    r = row.result.summary()
-    first = r["first_oom_event"]
-    return [_label(row), row.device, f"{r['peak_reserved_bytes'] / MiB:.0f} MiB",
-            f"{r['peak_allocated_bytes'] / MiB:.0f} MiB", str(r["num_ooms"]), "-" if first is None else f"{first:,}",
-            str(r["num_device_alloc"]), str(r["num_device_free"]), str(r["num_alloc_retries"]),
-            f"{100 * r['fragmentation_at_peak']:.1f}%"]  # fmt: skip
+def grid_cells(grid: WhatIfGrid) -> list[list[str]]:
+    """The table as strings: :data:`~memviz.snapshots.whatif.TABLE_HEADERS`, the recording's peaks, then one
+    row per replay; a ``device`` column after the config when the replays ran on more than one device."""
+    rows = [list(TABLE_HEADERS), recorded_cells(grid.recorded_peak_reserved_bytes, grid.recorded_peak_allocated_bytes)]
+    rows += [row.result.cells() for row in grid.rows]
+    if _several_devices(grid):
+        for row, device in zip(rows, ["device", "", *(r.device for r in grid.rows)], strict=True):
+            row.insert(1, device)
+    return rows
 
 
-def _recorded_cells(grid: WhatIfGrid) -> list[str]:
-    return ["(recorded)", "", f"{grid.recorded_peak_reserved_bytes / MiB:.0f} MiB",
-            f"{grid.recorded_peak_allocated_bytes / MiB:.0f} MiB"] + [""] * (len(HEADERS) - 4)  # fmt: skip
+def _caption(grid: WhatIfGrid) -> str | None:
+    """``device: …`` when every replay ran on the one device (the table then has no device column)."""
+    return None if _several_devices(grid) or not grid.rows else f"device: {grid.rows[0].device}"
 
 
 def table_text(grid: WhatIfGrid) -> str:
-    """The results as plain text: one row per replay (MiB, counts, percent), then the fidelity line.
-
-    ``cudaMalloc`` counts segment allocations (page maps under ``expandable_segments``); ``retries`` the
-    mallocs that freed the whole cache and tried again; ``frag@peak`` is ``(reserved - allocated) /
-    reserved`` when reserved peaked.
-    """
-    rows = [list(HEADERS), _recorded_cells(grid), *(_cells(r) for r in grid.rows)]
-    widths = [max(len(row[k]) for row in rows) for k in range(len(HEADERS))]
-    lines = []
-    for n, row in enumerate(rows):
-        cells = [row[0].ljust(widths[0]), row[1].ljust(widths[1])]
-        cells += [c.rjust(w) for c, w in zip(row[2:], widths[2:], strict=True)]
-        lines.append("  ".join(cells).rstrip())
-        if n == 0:
-            lines.append("-" * len(lines[0]))
-    if grid.fidelity is not None:
-        lines.append(fidelity_line(grid.fidelity))
-    return "\n".join(lines)
+    """The results as plain text: the device (when there is one), one row per replay (MiB, counts, percent; the
+    columns as :data:`~memviz.snapshots.whatif.TABLE_HEADERS` says), then the fidelity sentence."""
+    footer = None if grid.fidelity is None else grid.fidelity.describe()
+    table = format_table(grid_cells(grid), left_columns=_label_columns(grid), footer=footer)
+    caption = _caption(grid)
+    return table if caption is None else f"{caption}\n{table}"
 
 
 def table_html(grid: WhatIfGrid) -> str:
     """The same table as HTML: cells never wrap (the table scrolls sideways when the page is narrow), the OOM
-    cells of a replay that runs out of memory in red, the fidelity line below (green when it matched)."""
+    cells of a replay that runs out of memory in red, the fidelity sentence below (green when it matched)."""
+    head, *body = grid_cells(grid)
+    left = _label_columns(grid)
+    oom_columns = {k for k, h in enumerate(head) if "OOM" in h}
     cell = "padding:2px 8px;white-space:nowrap;text-align:"
-    th = "".join(f'<th style="{cell}{"left" if k < 2 else "right"}">{escape(h)}</th>' for k, h in enumerate(HEADERS))
-    body = [[(t, "") for t in _recorded_cells(grid)]]
-    for row in grid.rows:
-        bad = row.result.num_ooms > 0
-        body.append([(t, "color:#d62728;font-weight:600" if bad and k in (4, 5) else "")
-                     for k, t in enumerate(_cells(row))])  # fmt: skip
+    th = "".join(f'<th style="{cell}{"left" if k < left else "right"}">{escape(h.replace(chr(10), " "))}</th>'
+                 for k, h in enumerate(head))  # fmt: skip
+    bad_rows = [False] + [row.result.num_ooms > 0 for row in grid.rows]  # the recording's row first
     trs = "".join(
-        "<tr>" + "".join(f'<td style="{cell}{"left" if k < 2 else "right"};{style}">{escape(text)}</td>'
-                         for k, (text, style) in enumerate(cells)) + "</tr>"
-        for cells in body
+        "<tr>" + "".join(f'<td style="{cell}{"left" if k < left else "right"}'
+                         f'{";color:#d62728;font-weight:600" if bad and k in oom_columns else ""}">{escape(text)}</td>'
+                         for k, text in enumerate(cells)) + "</tr>"
+        for cells, bad in zip(body, bad_rows, strict=True)
     )  # fmt: skip
+    caption = _caption(grid)
+    cap = "" if caption is None else f'<div style="margin-bottom:4px">{escape(caption)}</div>'
     fid = ""
     if grid.fidelity is not None:
-        ok = grid.fidelity.states_matching == grid.fidelity.states_compared
-        fid = (f'<div style="margin-top:4px;color:{"#2ca02c" if ok else "#d62728"}">'
-               f"{escape(fidelity_line(grid.fidelity))}</div>")  # fmt: skip
+        fid = (f'<div style="margin-top:4px;color:{"#2ca02c" if grid.fidelity.exact else "#d62728"}">'
+               f"{escape(grid.fidelity.describe())}</div>")  # fmt: skip
     # width 0 / min-width 100%: the block takes the widget's width, not the table's, so the table scrolls sideways
-    # and the fidelity line wraps at the page's edge
-    return ('<div style="font-size:12px;width:0;min-width:100%"><div style="overflow-x:auto">'
+    # and the fidelity sentence wraps at the page's edge
+    return (f'<div style="font-size:12px;width:0;min-width:100%">{cap}<div style="overflow-x:auto">'
             f'<table style="border-collapse:collapse">'
             f"<thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table></div>{fid}</div>")  # fmt: skip
 
@@ -107,8 +88,8 @@ def peaks_figure(grid: WhatIfGrid, cap_bytes: int | None) -> go.FigureWidget:
     """A bar per replay: its peak reserved (red when it runs out of memory), the recording's peak and the cap
     as vertical lines."""
     rows = grid.rows
-    several = len({r.device for r in rows}) > 1
-    labels = [_label(r) + (f" ({r.device})" if several else "") for r in rows]
+    several = _several_devices(grid)
+    labels = [r.result.label + (f" ({r.device})" if several else "") for r in rows]
     peaks = [r.result.peak_reserved_bytes / MiB for r in rows]
     text = [f"{p:.0f} MiB" + (f", {r.result.num_ooms} OOMs" if r.result.num_ooms else "")
             for p, r in zip(peaks, rows, strict=True)]  # fmt: skip
