@@ -11,8 +11,11 @@ from memviz.units import format_bytes
 
 __all__ = ["LAB_ACTIONS", "Event", "OOMRecord"]
 
-LAB_ACTIONS = ("allocate", "free", "gc", "empty_cache", "reset_peak", "reset_stats", "observe")
-"""Every ``Event.action``; ``"observe"`` marks memory that changed outside the lab (plain notebook code)."""
+LAB_ACTIONS = ("allocate", "free", "gc", "empty_cache", "reset_peak", "reset_stats", "observe", "new_stream",
+               "record_stream", "queue_work", "synchronize", "new_pool", "release_pool", "capture", "end_capture",
+               "replay", "delete_graph")
+"""Every ``Event.action``; ``"observe"`` marks memory that changed outside the lab (plain notebook code); the
+actions from ``"new_stream"`` on are the streams, pools and graphs of :mod:`memviz.lab_streams`."""
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from memviz.devices import SimulatedDevice
 from memviz.errors import InputError, InputTypeError
 from memviz.events import Event, OOMRecord
 from memviz.fragmentation import Fragmentation, fragmentation
+from memviz.lab_streams import DEFAULT_STREAM, StreamActions
 from memviz.oom import OOMExplanation, explain_oom
 from memviz.shapes import Request, read_size, size_request, tensor_request
 from memviz.sim.replay import EMPTY_CACHE, FREE, MALLOC, Op
@@ -43,13 +44,16 @@ MAX_COUNT = 1_000_000  # tensors in one allocate() call
 
 @dataclass(frozen=True)
 class LabTensor:
-    """A tensor the lab holds: ``tensor`` is the ``torch.Tensor`` (or simulated tensor) itself."""
+    """A tensor the lab holds: ``tensor`` is the ``torch.Tensor`` (or simulated tensor) itself; ``stream`` the
+    name of the stream it was made on, ``pool`` the private pool it lives in (None: the device's own)."""
 
     name: str
     group: str | None
     request: Request
     tensor: Any
     op_key: int
+    stream: str = DEFAULT_STREAM
+    pool: str | None = None
 
 
 @contextmanager
@@ -94,8 +98,9 @@ class _FreeLog:
         self.ops.append(Op(FREE, key))
 
 
-class Lab:
-    """Named tensors on one backend, and a log of every action.
+class Lab(StreamActions):
+    """Named tensors on one backend, and a log of every action; side streams, private pools and CUDA graphs
+    by name too (:mod:`memviz.lab_streams`).
 
     Args:
         backend: ``"auto"`` (real GPU when CUDA is available, else the simulator), ``"cuda"``, ``"sim"``,
@@ -131,6 +136,7 @@ class Lab:
         self._auto_names = 0
         self._t0 = time.perf_counter()
         self._last_stats: Mapping[str, int] = dict(self.backend.memory_stats())
+        self._init_streams()
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -200,7 +206,8 @@ class Lab:
     # -- actions -----------------------------------------------------------------------------------
 
     def allocate(
-        self, size: int | str | tuple | list, dtype: object = None, *, count: int = 1, name: str | None = None
+        self, size: int | str | tuple | list, dtype: object = None, *, count: int = 1, name: str | None = None,
+        stream: str | None = None, pool: str | None = None,
     ) -> Event:
         """Allocate ``count`` tensors, each of ``size`` bytes or of shape ``size`` and ``dtype``.
 
@@ -212,29 +219,37 @@ class Lab:
             count: how many tensors (1 to 1,000,000). They are named ``name[0]``, ``name[1]``, ... and
                 form the group ``name``.
             name: the tensor's name (or the group's); default ``t0``, ``t1``, ...
+            stream: the name of the stream to allocate on (``with torch.cuda.stream(s):``): ``"default"``
+                or one of :meth:`new_stream`; None: the default stream (during a capture, the capture stream).
+            pool: the name of a private pool of :meth:`new_pool` to allocate into (``with
+                torch.cuda.use_mem_pool(p):``); None: the device's own pools.
 
         Returns:
             The event; ``event.ok`` is False if memory ran out, and the tensors made before the failure
             stay allocated.
 
         Raises:
-            ValueError: a bad size, unit, shape, dtype, count or name; nothing is allocated.
+            ValueError: a bad size, unit, shape, dtype, count or name, an unknown stream or pool, a released
+                pool; nothing is allocated.
         """
         request = self._request(size, dtype)
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_COUNT:
             raise ValueError(f"count must be an int from 1 to {MAX_COUNT:,}, not {count!r}")
         names, group = self._new_names(name, count)
+        where, stream_name, pool_name = self._placement(stream, pool)
+        stream_id = self._streams[stream_name].id if self._streams else 0
         before = self._read_before()
         made: list[Any] = []
         oom_message = None
         with _collector_paused(count):
-            try:
-                for _ in range(count):
-                    made.append(self.backend.empty(request))
-            except self.backend.oom_errors as error:
-                oom_message = str(error)  # keep text only: the exception's traceback would pin frames
+            with where:
+                try:
+                    for _ in range(count):
+                        made.append(self.backend.empty(request))
+                except self.backend.oom_errors as error:
+                    oom_message = str(error)  # keep text only: the exception's traceback would pin frames
             for tensor_name, tensor in zip(names, made, strict=False):
-                self._keep(tensor_name, group, request, tensor)
+                self._keep(tensor_name, group, request, tensor, stream_name, pool_name, stream_id)
         if group is not None and made:
             self._groups[group] = dict.fromkeys(names[: len(made)])
         n = len(made)
@@ -242,9 +257,13 @@ class Lab:
         detail = f"{what}: {request.arithmetic}"
         if count > 1:
             detail += f" each, {format_bytes(request.nbytes * count)} in all"
+        if stream_name != DEFAULT_STREAM:
+            detail += f" on stream {stream_name}"
+        if pool_name is not None:
+            detail += f" in pool {pool_name}"
         oom = None
         if oom_message is not None:
-            self.ops.append(Op(MALLOC, None, request.nbytes))
+            self.ops.append(Op(MALLOC, None, request.nbytes, stream_id))
             oom = OOMRecord(oom_message, request, n, self.fragmentation(), len(self.ops) - 1)
             detail += f" — out of memory after {n} of {count}" if count > 1 else " — out of memory"
         del made
@@ -288,7 +307,13 @@ class Lab:
         return self._record("gc", True, (), 0, f"gc.collect() found {found} unreachable objects", before)
 
     def empty_cache(self) -> Event:
-        """``torch.cuda.empty_cache()``: release every cached segment that holds no live tensor."""
+        """``torch.cuda.empty_cache()``: release every cached segment that holds no live tensor, on every stream,
+        after waiting for pending frees; a private pool's segments only once nothing holds the pool.
+
+        Raises:
+            InputError: during a capture (:meth:`begin_capture`).
+        """
+        self._not_capturing("empty_cache()")
         before = self._read_before()
         self.backend.empty_cache()
         self.ops.append(Op(EMPTY_CACHE))
@@ -362,12 +387,13 @@ class Lab:
             return [name], None
         return [f"{name}[{i}]" for i in range(count)], name
 
-    def _keep(self, name: str, group: str | None, request: Request, tensor: Any) -> None:
+    def _keep(self, name: str, group: str | None, request: Request, tensor: Any, stream: str = DEFAULT_STREAM,
+              pool: str | None = None, stream_id: int = 0) -> None:
         key = self._next_key
         self._next_key += 1
-        self.ops.append(Op(MALLOC, key, request.nbytes))
+        self.ops.append(Op(MALLOC, key, request.nbytes, stream_id))
         self._free_log.watch(tensor, key)
-        self._tensors[name] = LabTensor(name, group, request, tensor, key)
+        self._tensors[name] = LabTensor(name, group, request, tensor, key, stream, pool)
 
     def _drop(self, names: list[str], label: str) -> Event:
         before = self._read_before()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +54,8 @@ class Backend(ABC):
 
     @abstractmethod
     def empty(self, request: Request) -> Any:
-        """Allocate one uninitialised tensor for ``request``; it is freed when its last reference goes."""
+        """Allocate one uninitialised tensor for ``request`` on the current stream (the default stream, or
+        the one :meth:`on_stream` / a capture made current); it is freed when its last reference goes."""
 
     @abstractmethod
     def empty_cache(self) -> None:
@@ -96,6 +98,82 @@ class Backend(ABC):
     @abstractmethod
     def set_cap(self, cap_bytes: int | None) -> None:
         """Cap the cache at ``cap_bytes`` via ``set_per_process_memory_fraction`` (None lifts the cap)."""
+
+    # -- streams, private pools and CUDA graphs (memviz.lab_streams drives these by name) ----------------
+    # A backend without them keeps these defaults, which refuse with a clear message.
+
+    def default_stream(self) -> Any:
+        """The default stream's handle (``torch.cuda.default_stream()``)."""
+        raise self._no_streams("side streams")
+
+    def new_stream(self) -> Any:
+        """Make a side stream (``torch.cuda.Stream()``); return its handle."""
+        raise self._no_streams("side streams")
+
+    def stream_id(self, stream: Any) -> int:
+        """The stream's ``cudaStream_t`` value, as snapshots' ``stream`` fields show it (0: the default stream)."""
+        raise self._no_streams("side streams")
+
+    def on_stream(self, stream: Any) -> AbstractContextManager[None]:
+        """A context in which :meth:`empty` allocates on ``stream`` (``with torch.cuda.stream(s):``)."""
+        raise self._no_streams("side streams")
+
+    def record_stream(self, tensor: Any, stream: Any) -> None:
+        """``tensor.record_stream(stream)``: its free will wait for the work queued on ``stream`` so far."""
+        raise self._no_streams("record_stream")
+
+    def queue_work(self, stream: Any, seconds: float) -> None:
+        """Keep ``stream`` busy for about ``seconds`` (a sleep kernel), so that frees waiting on it stay pending."""
+        raise self._no_streams("side streams")
+
+    def synchronize(self, stream: Any = None) -> None:
+        """Wait for ``stream``'s queued work (None: every stream's; ``torch.cuda.synchronize()``)."""
+        raise self._no_streams("side streams")
+
+    def new_pool(self) -> Any:
+        """Make a private pool (``torch.cuda.MemPool()``) and keep it; return its handle (its id)."""
+        raise self._no_streams("private pools")
+
+    def pool_id(self, pool: Any) -> tuple[int, int]:
+        """The pool's id (``MemPool.id``), as snapshots' ``segment_pool_id`` shows it."""
+        raise self._no_streams("private pools")
+
+    def in_pool(self, pool: Any) -> AbstractContextManager[None]:
+        """A context in which :meth:`empty` allocates into ``pool`` (``torch.cuda.use_mem_pool(pool)``)."""
+        raise self._no_streams("private pools")
+
+    def release_pool(self, pool: Any) -> None:
+        """Delete the pool (``del`` of the ``MemPool``: ``releasePool``, then ``emptyCache`` of its id)."""
+        raise self._no_streams("private pools")
+
+    def begin_capture(self, pool_id: tuple[int, int] | None) -> Any:
+        """Start capturing a CUDA graph into ``pool_id`` (None: a new pool), as entering ``torch.cuda.graph(g,
+        pool=...)`` does: synchronize, ``empty_cache()``, then allocations go to the capture stream; return the
+        graph's handle."""
+        raise self._no_streams("CUDA graphs")
+
+    def end_capture(self, graph: Any) -> None:
+        """End the capture :meth:`begin_capture` started (leaving ``torch.cuda.graph``)."""
+        raise self._no_streams("CUDA graphs")
+
+    def capture_stream(self, graph: Any) -> Any:
+        """The stream the graph was captured on (torch's one default capture stream)."""
+        raise self._no_streams("CUDA graphs")
+
+    def graph_pool_id(self, graph: Any) -> tuple[int, int]:
+        """The id of the graph's private pool (``graph.pool()``)."""
+        raise self._no_streams("CUDA graphs")
+
+    def replay_graph(self, graph: Any) -> None:
+        """``graph.replay()``: runs the captured work, allocates nothing."""
+        raise self._no_streams("CUDA graphs")
+
+    def delete_graph(self, graph: Any) -> None:
+        """``graph.reset()`` (what deleting it does): the graph lets go of its pool."""
+        raise self._no_streams("CUDA graphs")
+
+    def _no_streams(self, what: str) -> InputError:
+        return InputError(f"the {type(self).__name__} backend has no {what}; use backend='sim' or 'cuda'")
 
     def driver_memory(self) -> DriverMemory | None:
         """The driver's view of device memory, or None where there is no driver (the simulator)."""

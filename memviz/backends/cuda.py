@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 
 import torch
 
@@ -13,6 +14,8 @@ from memviz.errors import InputError
 from memviz.shapes import Request
 
 __all__ = ["CudaBackend"]
+
+SLEEP_HZ = 1_980_000_000  # GPU clock for queue_work's sleep kernel where torch does not say (an H200's boost clock)
 
 
 class CudaBackend(Backend):
@@ -58,12 +61,88 @@ class CudaBackend(Backend):
         self._cap_bytes: int | None = None
         self.set_cap(cap_bytes)
         self._nvml = _nvml_handle(self.device)
+        self._capture: tuple[torch.cuda.CUDAGraph, torch.cuda.graph] | None = None  # graph, its open context
+        self._pools: dict[tuple[int, int], torch.cuda.MemPool] = {}  # new_pool's pools by id
 
     def empty(self, request: Request) -> torch.Tensor:
         return torch.empty(request.shape, dtype=getattr(torch, request.dtype), device=self.device)
 
     def empty_cache(self) -> None:
         torch.cuda.empty_cache()
+
+    # -- streams, private pools and CUDA graphs: torch's own objects
+
+    def default_stream(self) -> torch.cuda.Stream:
+        return torch.cuda.default_stream(self.device)
+
+    def new_stream(self) -> torch.cuda.Stream:
+        return torch.cuda.Stream(self.device)
+
+    def stream_id(self, stream: torch.cuda.Stream) -> int:
+        return int(stream.cuda_stream)
+
+    def on_stream(self, stream: torch.cuda.Stream) -> AbstractContextManager[None]:
+        return torch.cuda.stream(stream)
+
+    def record_stream(self, tensor: torch.Tensor, stream: torch.cuda.Stream) -> None:
+        tensor.record_stream(stream)
+
+    def queue_work(self, stream: torch.cuda.Stream, seconds: float) -> None:
+        # torch.cuda._sleep spins for a number of GPU clock cycles; clock_rate is in kHz where torch has it
+        hz = getattr(torch.cuda.get_device_properties(self.device), "clock_rate", 0) * 1000 or SLEEP_HZ
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(int(seconds * hz))
+
+    def synchronize(self, stream: torch.cuda.Stream | None = None) -> None:
+        if stream is None:
+            torch.cuda.synchronize(self.device)
+        else:
+            stream.synchronize()
+
+    def new_pool(self) -> tuple[int, int]:
+        pool = torch.cuda.MemPool()
+        self._pools[tuple(pool.id)] = pool  # the only reference, so that release_pool deletes it
+        return tuple(pool.id)
+
+    def pool_id(self, pool: tuple[int, int]) -> tuple[int, int]:
+        return pool
+
+    def in_pool(self, pool: tuple[int, int]) -> AbstractContextManager[None]:
+        return torch.cuda.use_mem_pool(self._pools[pool], self.device)
+
+    def release_pool(self, pool: tuple[int, int]) -> None:
+        del self._pools[pool]  # ~MemPool: releasePool, then emptyCache of its id
+
+    def begin_capture(self, pool_id: tuple[int, int] | None) -> torch.cuda.CUDAGraph:
+        if self._capture is not None:
+            raise InputError("a capture is already underway; end it first")
+        g = torch.cuda.CUDAGraph()
+        # thread_local: CUDA calls of other threads (a data loader, the kernel's own) stay legal during it
+        context = torch.cuda.graph(g, pool=pool_id, capture_error_mode="thread_local")
+        context.__enter__()
+        self._capture = (g, context)
+        return g
+
+    def end_capture(self, graph: torch.cuda.CUDAGraph) -> None:
+        if self._capture is None or self._capture[0] is not graph:
+            raise InputError("end_capture() of a graph that is not being captured")
+        context = self._capture[1]
+        self._capture = None
+        torch.cuda._sleep(1)  # one kernel, so that the graph is not empty (replay needs a node); allocates nothing
+        context.__exit__(None, None, None)
+
+    def capture_stream(self, graph: torch.cuda.CUDAGraph) -> torch.cuda.Stream:
+        """The capture stream; only while ``graph`` is being captured (the current stream then)."""
+        return torch.cuda.current_stream(self.device)
+
+    def graph_pool_id(self, graph: torch.cuda.CUDAGraph) -> tuple[int, int]:
+        return tuple(graph.pool())
+
+    def replay_graph(self, graph: torch.cuda.CUDAGraph) -> None:
+        graph.replay()
+
+    def delete_graph(self, graph: torch.cuda.CUDAGraph) -> None:
+        graph.reset()
 
     def memory_stats(self) -> Mapping[str, int]:
         return torch.cuda.memory_stats(self.device)

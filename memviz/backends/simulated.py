@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 
 from memviz.backends.base import Backend, check_alloc_conf, fraction_and_cap
 from memviz.devices import PRESETS, SimulatedDevice, simulated_device
 from memviz.errors import InputError
 from memviz.shapes import Request
-from memviz.sim import CachingAllocator, OutOfMemoryError
+from memviz.sim import CachingAllocator, CUDAGraph, MemPool, OutOfMemoryError, graph, use_mem_pool
 from memviz.sim.limits import MAX_DEVICE_BYTES
 from memviz.units import format_bytes
 
@@ -34,6 +36,10 @@ class SimTensor:
     def data_ptr(self) -> int:
         """The block's simulated device address."""
         return self._address
+
+    def record_stream(self, stream: int) -> None:
+        """``Tensor.record_stream``: the block's free waits for the work queued on ``stream`` so far."""
+        self._allocator.record_stream(self._address, stream)
 
     def __del__(self) -> None:
         allocator, self._allocator = self._allocator, None
@@ -71,12 +77,109 @@ class SimulatedBackend(Backend):
         fraction, self._cap_bytes = fraction_and_cap(cap_bytes, self.total_memory_bytes)
         self.allocator = CachingAllocator(self.total_memory_bytes, memory_fraction=fraction, alloc_conf=alloc_conf)
         self._alloc_conf = alloc_conf
+        self._stream = 0  # the current stream: 0, or the one on_stream / a capture made current
+        self._last_stream = 0
+        self._busy_until: dict[int, float] = {}  # stream -> time.monotonic() its queued work ends
+        self._capture_stream: int | None = None  # torch's one default capture stream, made on first capture
+        self._capture: tuple[CUDAGraph, AbstractContextManager, int] | None = None  # graph, context, stream before
+        self._pools: dict[tuple[int, int], MemPool] = {}  # new_pool's pools by id
 
     def empty(self, request: Request) -> SimTensor:
-        return SimTensor(self.allocator, self.allocator.malloc(request.nbytes), request)
+        if self.allocator.cuda_events:
+            self._settle()
+        return SimTensor(self.allocator, self.allocator.malloc(request.nbytes, self._stream), request)
 
     def empty_cache(self) -> None:
         self.allocator.empty_cache()
+
+    # -- streams: a stream is done with its work unless queue_work keeps it busy (as on a GPU, where an idle
+    # stream's event completes at once); the allocator finishes those frees at its next malloc, as torch does
+
+    def _settle(self) -> None:
+        """Mark the events of every stream whose queued work has ended as complete."""
+        now = time.monotonic()
+        for stream in list(self.allocator.cuda_events):
+            if self._busy_until.get(stream, 0.0) <= now:
+                self.allocator.synchronize(stream)
+
+    def default_stream(self) -> int:
+        return 0
+
+    def new_stream(self) -> int:
+        self._last_stream += 1
+        return self._last_stream
+
+    def stream_id(self, stream: int) -> int:
+        return stream
+
+    @contextmanager
+    def on_stream(self, stream: int) -> Iterator[None]:
+        before, self._stream = self._stream, stream
+        try:
+            yield
+        finally:
+            self._stream = before
+
+    def record_stream(self, tensor: SimTensor, stream: int) -> None:
+        tensor.record_stream(stream)
+
+    def queue_work(self, stream: int, seconds: float) -> None:
+        self._busy_until[stream] = max(self._busy_until.get(stream, 0.0), time.monotonic() + seconds)
+
+    def synchronize(self, stream: int | None = None) -> None:
+        if stream is None:
+            self._busy_until.clear()
+        else:
+            self._busy_until.pop(stream, None)
+        self.allocator.synchronize(stream)
+
+    # -- private pools and CUDA graphs (memviz.sim.graphs, shaped like torch's objects)
+
+    def new_pool(self) -> tuple[int, int]:
+        pool = MemPool(self.allocator)
+        self._pools[pool.id] = pool
+        return pool.id
+
+    def pool_id(self, pool: tuple[int, int]) -> tuple[int, int]:
+        return pool
+
+    def in_pool(self, pool: tuple[int, int]) -> AbstractContextManager[None]:
+        return use_mem_pool(self.allocator, self._pools[pool])
+
+    def release_pool(self, pool: tuple[int, int]) -> None:
+        self._pools.pop(pool).release()
+
+    def begin_capture(self, pool_id: tuple[int, int] | None) -> CUDAGraph:
+        if self._capture is not None:
+            raise InputError("a capture is already underway; end it first")
+        if self._capture_stream is None:
+            self._capture_stream = self.new_stream()
+        g = CUDAGraph(self.allocator)
+        context = graph(self.allocator, g, pool_id, self._capture_stream)
+        context.__enter__()  # raises for a bad pool before anything changes
+        self._busy_until.clear()  # torch.cuda.graph starts with torch.cuda.synchronize()
+        self._capture = (g, context, self._stream)
+        self._stream = self._capture_stream
+        return g
+
+    def end_capture(self, graph: CUDAGraph) -> None:
+        if self._capture is None or self._capture[0] is not graph:
+            raise InputError("end_capture() of a graph that is not being captured")
+        _, context, self._stream = self._capture
+        self._capture = None
+        context.__exit__(None, None, None)
+
+    def capture_stream(self, graph: CUDAGraph) -> int:
+        return graph.capture_stream
+
+    def graph_pool_id(self, graph: CUDAGraph) -> tuple[int, int]:
+        return graph.pool()
+
+    def replay_graph(self, graph: CUDAGraph) -> None:
+        graph.replay()
+
+    def delete_graph(self, graph: CUDAGraph) -> None:
+        graph.reset()
 
     def memory_stats(self) -> Mapping[str, int]:
         return self.allocator.memory_stats()
