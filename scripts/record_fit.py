@@ -1,15 +1,22 @@
 """Record the predictor's truth on a real GPU: memviz/predict/programs.py, a fresh process per run.
 
-    python3 scripts/record_fit.py --out DIR [--jobs 12] [--deadline-s 170]
+    python3 scripts/record_fit.py --out DIR [--jobs 12] [--deadline-s 170] [--parts plan,chains,probe]
 
-Runs, in parallel processes (each alone in its process, so each starts with an empty cache):
+Runs, in parallel processes (each alone in its process, so each starts with an empty cache), the parts
+named by ``--parts`` (default ``plan,chains,probe``, what ``tests/data/fit/`` was first recorded with):
 
 - every entry of ``PLAN``: one program with its keyword arguments, an allocator config
   (``PYTORCH_CUDA_ALLOC_CONF``, set before torch starts) and a cap (``set_per_process_memory_fraction``);
 - every entry of ``CHAINS``: the largest batch that fits under a cap, found by doubling/halving then
   bisection, one fresh process per try (each try is also a capped fits/OOM data point);
-- a workspace probe (``--probe``): cuDNN convolution workspaces per geometry, forward / backward-data /
-  backward-weight, fp32 and bf16, and cuBLAS's workspaces per thread (main thread, autograd's thread).
+- ``probe``: cuDNN convolution workspaces per geometry, forward / backward-data / backward-weight, fp32
+  and bf16 at batches 1/16/64, and cuBLAS's workspaces per thread (main thread, autograd's thread);
+- ``probe2``: the extended convolution probe, one process per (batch, dtype) shard: every convolution of
+  the recorded programs (ResNet-18/50 at 224² and 160², the VGG-style convnet at widths 64 and 32) and a
+  few 3×3 sizes no program has (20², 40²), at batches 32/128/256, fp32 and bf16, each request's size;
+- ``heldout`` / ``heldout-chains``: ``HELDOUT`` and ``HELDOUT_CHAINS``, the programs of
+  ``memviz/predict/heldout.py`` (never used to fit the predictor) and of programs.py at sizes never
+  recorded, under default and expandable segments, caps near the predicted cliff, largest-batch searches.
 
 Each run writes ``DIR/runs/<id>.json.gz``::
 
@@ -23,8 +30,19 @@ Each run writes ``DIR/runs/<id>.json.gz``::
 
 ``events`` is ``torch.cuda.memory._snapshot()["device_traces"][0]`` (alloc, free_requested,
 free_completed, segment_alloc, segment_free, segment_map, segment_unmap, oom), with the innermost Python
-frame and the innermost frame in programs.py of each entry. Chains write ``DIR/chains.json``; the probe
-``DIR/probe.json.gz``. ``DIR/summary.json`` lists everything.
+frame and the innermost frame in the program's file of each entry. Chains write ``DIR/chains.json``
+(held-out ones ``DIR/heldout_chains.json``); the probe ``DIR/probe.json.gz``; the extended probe
+``DIR/probe2/<batch>-<dtype>.json.gz``::
+
+    {"torch", "device_name", "cudnn", "batch", "dtype", "truncated", "conv": [
+        {"c_in", "c_out", "k", "stride", "pad", "hw", "bias", "batch", "dtype", "out_shape", "sources",
+         "forward" | "backward_input" | "backward_weight" | "backward_all":
+             {"allocs", "requested_bytes", "kept_bytes", "peak_above_start_bytes", "sizes": [bytes, ...]}}],
+     "trace_allocs", "counted_allocs"}
+
+(``sizes``: every allocation the call made, in order, the trace's ``size`` of each (to be trusted when
+``trace_allocs == counted_allocs``); ``backward_all`` is the call autograd makes, every gradient at once,
+the bias included when the layer has one). ``DIR/summary.json`` lists everything.
 """
 
 from __future__ import annotations
@@ -80,6 +98,54 @@ PLAN: list[tuple[str, str, dict, str, float]] = [
     ("resnet50-b32-cap4-exp", "resnet_training", {"batch": 32, "depth": 50}, "expandable_segments:True", 4),
 ]
 
+MiB = 1 << 20
+EXP = "expandable_segments:True"
+
+#: Held-out runs, as PLAN: programs of memviz/predict/heldout.py, and gpt_training at a size never recorded.
+#: The caps in MiB are 3% either side of the smallest cap the predictor said fits (memviz at 58b1c33, H200):
+#: a miss there is off the 1.5% cliff band, so it counts.
+HELDOUT: list[tuple[str, str, dict, str, float]] = [
+    ("ho-vgg11-b32", "vgg_training", {"batch": 32}, "", 24),
+    ("ho-vgg11-b32-exp", "vgg_training", {"batch": 32}, EXP, 24),
+    ("ho-vgg11-b64-amp", "vgg_training", {"batch": 64, "amp": True}, "", 24),
+    ("ho-mbv2-b64", "mobilenet_training", {"batch": 64}, "", 24),
+    ("ho-mbv2-b64-exp", "mobilenet_training", {"batch": 64}, EXP, 24),
+    ("ho-mbv2-b96-amp", "mobilenet_training", {"batch": 96, "amp": True}, "", 24),
+    ("ho-mbv2-inf-b128", "mobilenet_inference", {"batch": 128}, "", 24),
+    ("ho-vit-b64-amp", "vit_training", {"batch": 64}, "", 24),
+    ("ho-vit-b64-amp-exp", "vit_training", {"batch": 64}, EXP, 24),
+    ("ho-vit-b32-fp32", "vit_training", {"batch": 32, "amp": False}, "", 24),
+    ("ho-vit-b64-amp-rp4", "vit_training", {"batch": 64}, "roundup_power2_divisions:4", 24),
+    ("ho-vit-inf-b256", "vit_inference", {"batch": 256}, "", 24),
+    ("ho-bert-b16-amp", "bert_training", {"batch": 16}, "", 24),
+    ("ho-bert-b16-amp-exp", "bert_training", {"batch": 16}, EXP, 24),
+    ("ho-bert-b8-fp32", "bert_training", {"batch": 8, "amp": False}, "", 24),
+    ("ho-bert-b16-amp-ms64", "bert_training", {"batch": 16}, "max_split_size_mb:64", 24),
+    ("ho-llama-b4-ckpt", "llama_training", {"batch": 4}, "", 24),
+    ("ho-llama-b4-ckpt-exp", "llama_training", {"batch": 4}, EXP, 24),
+    ("ho-llama-b2-nockpt", "llama_training", {"batch": 2, "checkpoint": False}, "", 24),
+    ("ho-llama-gen-b8", "llama_generate", {"batch": 8}, "", 24),
+    ("ho-llama-gen-b8-exp", "llama_generate", {"batch": 8}, EXP, 24),
+    ("ho-gpt-b4-s1024-d1024-ckpt", "gpt_training",
+     {"batch": 4, "seq": 1024, "d_model": 1024, "n_layer": 8, "n_head": 16, "checkpoint": True}, "", 24),
+    ("ho-gpt-b4-s1024-d1024-ckpt-exp", "gpt_training",
+     {"batch": 4, "seq": 1024, "d_model": 1024, "n_layer": 8, "n_head": 16, "checkpoint": True}, EXP, 24),
+    # caps near the predicted cliff
+    ("ho-vgg11-b32-capm3", "vgg_training", {"batch": 32}, "", 3046 / 1024),
+    ("ho-vgg11-b32-capp3", "vgg_training", {"batch": 32}, "", 3234 / 1024),
+    ("ho-mbv2-b64-capm3", "mobilenet_training", {"batch": 64}, "", 4962 / 1024),
+    ("ho-mbv2-b64-capp3", "mobilenet_training", {"batch": 64}, "", 5270 / 1024),
+    ("ho-mbv2-b64-exp-capm3", "mobilenet_training", {"batch": 64}, EXP, 4792 / 1024),
+    ("ho-vit-b64-amp-capm3", "vit_training", {"batch": 64}, "", 1427 / 1024),
+    ("ho-vit-b64-amp-capp3", "vit_training", {"batch": 64}, "", 1515 / 1024),
+    ("ho-bert-b16-amp-capm3", "bert_training", {"batch": 16}, "", 4140 / 1024),
+    ("ho-bert-b16-amp-capp3", "bert_training", {"batch": 16}, "", 4396 / 1024),
+    ("ho-llama-b4-ckpt-capm3", "llama_training", {"batch": 4}, "", 4047 / 1024),
+    ("ho-llama-b4-ckpt-exp-capp3", "llama_training", {"batch": 4}, EXP, 4020 / 1024),
+    ("ho-gpt-b4-s1024-d1024-ckpt-capm3", "gpt_training",
+     {"batch": 4, "seq": 1024, "d_model": 1024, "n_layer": 8, "n_head": 16, "checkpoint": True}, "", 3953 / 1024),
+]
+
 #: (id, program, kwargs without batch, alloc_conf, cap in GiB, first guess of a batch that fits, one that does not).
 CHAINS: list[tuple[str, str, dict, str, float, int, int]] = [
     ("gpt-amp-cap8", "gpt_training", {}, "", 8, 12, 48),
@@ -93,15 +159,38 @@ CHAINS: list[tuple[str, str, dict, str, float, int, int]] = [
     ("resnet50-inf-cap2", "resnet_inference", {}, "", 2, 32, 1024),
 ]
 
+#: Held-out searches, as CHAINS; the guesses are 0.8× and 1.25× the predicted largest batch (memviz at
+#: 58b1c33: 51, 152, 31, 21), so a few tries bracket it; a wrong prediction only costs tries.
+HELDOUT_CHAINS: list[tuple[str, str, dict, str, float, int, int]] = [
+    ("ho-mbv2-cap4", "mobilenet_training", {}, "", 4, 41, 64),
+    ("ho-vit-amp-cap3-exp", "vit_training", {}, EXP, 3, 122, 190),
+    ("ho-bert-amp-cap6-exp", "bert_training", {}, EXP, 6, 25, 39),
+    ("ho-llama-ckpt-cap12", "llama_training", {}, "", 12, 17, 26),
+]
 
-def _programs():
-    """memviz/predict/programs.py loaded by path (the package around it need not import)."""
+
+def _load(name: str):
+    """memviz/predict/<name>.py loaded by path (the package around it need not import)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("programs", ROOT / "memviz" / "predict" / "programs.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "memviz" / "predict" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _programs():
+    """memviz/predict/programs.py."""
+    return _load("programs")
+
+
+def _program_module(program: str):
+    """The module (programs.py or heldout.py) that defines ``program``."""
+    for name in ("programs", "heldout"):
+        module = _load(name)
+        if program in module.PROGRAMS:
+            return module
+    raise KeyError(program)
 
 
 def _frame_text(frame: dict) -> str:
@@ -112,7 +201,7 @@ def run_one(spec: dict) -> dict:
     """In a fresh process: run one program under the spec's config and cap; return the record."""
     import torch
 
-    programs = _programs()
+    programs = _program_module(spec["program"])
     total = torch.cuda.get_device_properties(0).total_memory
     cap = int(spec["cap_bytes"])
     fraction = cap / total
@@ -236,6 +325,110 @@ def probe() -> dict:
     return out
 
 
+PROBE2_BATCHES = (32, 128, 256)
+PROBE2_DTYPES = ("float32", "bfloat16")
+
+
+def conv_geometries() -> list[dict]:
+    """Every distinct 2-D convolution of the recorded programs, with the input size it runs at, and a few
+    3×3 sizes no program has: ``{"c_in", "c_out", "k", "stride", "pad", "hw", "bias", "sources"}``, the
+    programs' own first (the convnet, ResNet-18/50 at 224², at 160²), then the extra sizes."""
+    import torch
+
+    ResNet = _programs().ResNet
+    found: dict[tuple, dict] = {}
+
+    def add(c_in: int, c_out: int, k: int, stride: int, pad: int, hw: int, bias: bool, source: str) -> None:
+        key = (c_in, c_out, k, stride, pad, hw, bias)
+        entry = found.setdefault(key, {"c_in": c_in, "c_out": c_out, "k": k, "stride": stride, "pad": pad, "hw": hw,
+                                       "bias": bias, "sources": []})
+        if source not in entry["sources"]:
+            entry["sources"].append(source)
+
+    for width in (64, 32):  # convnet_sgd_training: 3×3 convolutions with bias on 64², 32², 16², 8²
+        c, hw = 3, 64
+        for out in (width, 2 * width, 4 * width, 8 * width):
+            add(c, out, 3, 1, 1, hw, True, f"convnet-w{width}")
+            c, hw = out, hw // 2
+    for image in (224, 160):
+        for depth in (18, 50):
+            with torch.device("meta"):
+                model = ResNet(depth)
+                hooks = [m.register_forward_pre_hook(
+                    lambda m, args, d=depth, i=image: add(m.in_channels, m.out_channels, m.kernel_size[0], m.stride[0],
+                                                          m.padding[0], args[0].shape[-1], m.bias is not None,
+                                                          f"resnet{d}-{i}"))
+                    for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
+                model(torch.empty(1, 3, image, image))
+                for h in hooks:
+                    h.remove()
+    for c in (64, 128, 256, 512):
+        for hw in (20, 40):
+            add(c, c, 3, 1, 1, hw, False, "grid")
+    return list(found.values())
+
+
+def probe_conv(batch: int, dtype_name: str, deadline_s: float) -> dict:
+    """cuDNN's requests for every geometry of :func:`conv_geometries` at one batch and dtype
+    (``cudnn.benchmark=False``, the default): forward, backward-input, backward-weight alone, and the
+    call autograd makes (every gradient at once); each request's size from the allocator's trace."""
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    out: dict = {"torch": torch.__version__, "device_name": torch.cuda.get_device_name(0),
+                 "cudnn": torch.backends.cudnn.version(), "batch": batch, "dtype": dtype_name, "truncated": False,
+                 "conv": []}
+    torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python", max_entries=1_000_000)
+    base = torch.cuda.memory_stats()["allocation.all.allocated"]
+    spans: list[tuple[dict, int, int]] = []  # (the measurement, first allocation number, count)
+
+    def measure(fn, *args) -> tuple[dict, object]:
+        torch.cuda.synchronize()
+        s0 = torch.cuda.memory_stats()
+        torch.cuda.reset_peak_memory_stats()
+        result = fn(*args)
+        torch.cuda.synchronize()
+        s1 = torch.cuda.memory_stats()
+        rec = {"allocs": s1["allocation.all.allocated"] - s0["allocation.all.allocated"],
+               "requested_bytes": s1["requested_bytes.all.allocated"] - s0["requested_bytes.all.allocated"],
+               "kept_bytes": s1["allocated_bytes.all.current"] - s0["allocated_bytes.all.current"],
+               "peak_above_start_bytes": torch.cuda.max_memory_allocated() - s0["allocated_bytes.all.current"]}
+        spans.append((rec, s0["allocation.all.allocated"] - base, rec["allocs"]))
+        return rec, result
+
+    def backward(g, x, w, s, p, mask, bias):
+        grads = torch.ops.aten.convolution_backward(g, x, w, [w.shape[0]] if bias else None, [s, s], [p, p], [1, 1],
+                                                    False, [0, 0], 1, mask)
+        return sum(t.nbytes for t in grads if t is not None)
+
+    stop_at = time.perf_counter() + deadline_s
+    for geom in conv_geometries():
+        if time.perf_counter() > stop_at:
+            out["truncated"] = True
+            break
+        c_in, c_out, k, s, p, hw, bias = (geom[n] for n in ("c_in", "c_out", "k", "stride", "pad", "hw", "bias"))
+        x = torch.randn(batch, c_in, hw, hw, device="cuda", dtype=dtype)
+        w = torch.randn(c_out, c_in, k, k, device="cuda", dtype=dtype)
+        b = torch.randn(c_out, device="cuda", dtype=dtype) if bias else None
+        fwd, y = measure(torch.nn.functional.conv2d, x, w, b, s, p)
+        fwd["out_bytes"] = y.nbytes
+        g = torch.randn_like(y)
+        del y
+        res = {**geom, "batch": batch, "dtype": dtype_name, "out_shape": list(g.shape), "forward": fwd}
+        for part, mask in (("backward_input", [True, False, False]), ("backward_weight", [False, True, False]),
+                           ("backward_all", [c_in != 3, True, bias])):
+            res[part], res[part]["result"] = measure(backward, g, x, w, s, p, mask, bias)
+        out["conv"].append(res)
+        del x, w, b, g
+    sizes = [e["size"] for e in torch.cuda.memory._snapshot()["device_traces"][0] if e["action"] == "alloc"]
+    torch.cuda.memory._record_memory_history(None)
+    out["trace_allocs"] = len(sizes)  # equal to counted_allocs, or the sizes are not to be trusted
+    out["counted_allocs"] = torch.cuda.memory_stats()["allocation.all.allocated"] - base
+    for rec, first, count in spans:
+        rec["sizes"] = sizes[first:first + count]
+    return out
+
+
 def _spawn(spec: dict, out_dir: Path, timeout_s: float) -> dict:
     env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=spec["alloc_conf"], PYTHONPATH=str(ROOT))
     if not spec["alloc_conf"]:
@@ -294,14 +487,25 @@ def _chain(chain: tuple, out_dir: Path, stop_at: float) -> dict:
     return result
 
 
+PARTS = ("plan", "chains", "probe", "probe2", "heldout", "heldout-chains")
+
+
+def _spec(run: tuple) -> dict:
+    run_id, program, kwargs, conf, cap_gib = run
+    return {"id": run_id, "program": program, "kwargs": kwargs, "alloc_conf": conf, "cap_bytes": int(cap_gib * GiB)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path)
     ap.add_argument("--jobs", type=int, default=12)
-    ap.add_argument("--deadline-s", type=float, default=170)
+    ap.add_argument("--deadline-s", type=float, default=170, help="chains and the probes stop starting work then")
+    ap.add_argument("--parts", default="plan,chains,probe", help=f"comma-separated, of {','.join(PARTS)}")
     ap.add_argument("--one")
     ap.add_argument("--to", type=Path)
     ap.add_argument("--probe", action="store_true")
+    ap.add_argument("--probe2", help="one shard of the extended probe: BATCH-DTYPE (e.g. 128-float32)")
+    ap.add_argument("--dry-run", action="store_true", help="list what would run, start nothing")
     args = ap.parse_args()
     if args.one:
         rec = run_one(json.loads(args.one))
@@ -309,34 +513,59 @@ def main() -> None:
         with gzip.open(args.to, "wt") as f:
             json.dump(rec, f, separators=(",", ":"))
         return
-    if args.probe:
+    if args.probe or args.probe2:
+        if args.probe2:
+            batch, dtype = args.probe2.split("-")
+            result = probe_conv(int(batch), dtype, args.deadline_s)
+        else:
+            result = probe()
         with gzip.open(args.to, "wt") as f:
-            json.dump(probe(), f, separators=(",", ":"))
+            json.dump(result, f, separators=(",", ":"))
+        return
+    parts = args.parts.split(",")
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        ap.error(f"unknown parts {sorted(unknown)}; choose from {','.join(PARTS)}")
+    runs = [_spec(r) for r in (PLAN if "plan" in parts else []) + (HELDOUT if "heldout" in parts else [])]
+    chains = {"chains": CHAINS if "chains" in parts else [],
+              "heldout_chains": HELDOUT_CHAINS if "heldout-chains" in parts else []}
+    probes = (["probe"] if "probe" in parts else []) + \
+        ([f"{b}-{d}" for b in PROBE2_BATCHES for d in PROBE2_DTYPES] if "probe2" in parts else [])
+    if args.dry_run:
+        print(json.dumps({"runs": [r["id"] for r in runs], **{k: [c[0] for c in v] for k, v in chains.items()},
+                          "probes": probes}, indent=1))
         return
     out = args.out
     (out / "runs").mkdir(parents=True, exist_ok=True)
+    (out / "probe2").mkdir(exist_ok=True)
     stop_at = time.perf_counter() + args.deadline_s
-    probe_err = (out / "probe.err").open("w")
-    probe_proc = subprocess.Popen([sys.executable, __file__, "--probe", "--to", str(out / "probe.json.gz")],
-                                  env=dict(os.environ, PYTHONPATH=str(ROOT)), stderr=probe_err)
-    summary: dict = {"runs": [], "chains": []}
+    probe_procs = []
+    for name in probes:
+        to = out / "probe.json.gz" if name == "probe" else out / "probe2" / f"{name}.json.gz"
+        flag = ["--probe"] if name == "probe" else ["--probe2", name, "--deadline-s", str(args.deadline_s)]
+        err = (out / f"probe-{name}.err").open("w")
+        probe_procs.append((subprocess.Popen([sys.executable, __file__, *flag, "--to", str(to)],
+                                             env=dict(os.environ, PYTHONPATH=str(ROOT)), stderr=err), err))
+    summary: dict = {"runs": [], "chains": [], "heldout_chains": []}
     with ThreadPoolExecutor(args.jobs) as pool:
-        chain_futs = [pool.submit(_chain, c, out, stop_at - 20) for c in CHAINS]
-        run_futs = [pool.submit(_spawn, {"id": i, "program": p, "kwargs": k, "alloc_conf": c,
-                                         "cap_bytes": int(cap * GiB)}, out, 120)
-                    for i, p, k, c, cap in PLAN]
+        chain_futs = {k: [pool.submit(_chain, c, out, stop_at - 20) for c in v] for k, v in chains.items()}
+        run_futs = [pool.submit(_spawn, spec, out, 120) for spec in runs]
         for fut in run_futs:
             summary["runs"].append(fut.result())
             print(json.dumps(summary["runs"][-1]), flush=True)
-        for fut in chain_futs:
-            summary["chains"].append(fut.result())
-            print(json.dumps(summary["chains"][-1]), flush=True)
-    try:
-        probe_proc.wait(timeout=max(1, stop_at - time.perf_counter() + 30))
-    except subprocess.TimeoutExpired:
-        probe_proc.kill()
-    probe_err.close()
-    (out / "chains.json").write_text(json.dumps(summary["chains"], indent=1))
+        for key, futs in chain_futs.items():
+            for fut in futs:
+                summary[key].append(fut.result())
+                print(json.dumps(summary[key][-1]), flush=True)
+    for proc, err in probe_procs:
+        try:
+            proc.wait(timeout=max(1, stop_at - time.perf_counter() + 30))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        err.close()
+    for key in chains:
+        if chains[key]:
+            (out / f"{key}.json").write_text(json.dumps(summary[key], indent=1))
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
 
 
