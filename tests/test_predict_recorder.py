@@ -1,0 +1,69 @@
+"""scripts/record_fit.py's logic that needs no GPU: what each part runs, the probe's geometries, and that
+every program it records (programs.py's and the held-out ones) takes the keyword arguments it is given."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "record_fit.py"
+
+
+@pytest.fixture(scope="module")
+def recorder():
+    spec = importlib.util.spec_from_file_location("record_fit", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_run_and_search_binds_to_its_program(recorder):
+    for _, program, kwargs, _, _ in recorder.PLAN + recorder.HELDOUT:
+        inspect.signature(recorder._program_module(program).PROGRAMS[program]).bind(**kwargs)
+    for _, program, kwargs, _, _, lo, hi in recorder.CHAINS + recorder.HELDOUT_CHAINS:
+        assert lo < hi
+        inspect.signature(recorder._program_module(program).PROGRAMS[program]).bind(batch=lo, **kwargs)
+
+
+def test_held_out_ids_are_apart_from_the_fitted_ones(recorder):
+    fitted = {r[0] for r in recorder.PLAN} | {c[0] for c in recorder.CHAINS}
+    held = [r[0] for r in recorder.HELDOUT] + [c[0] for c in recorder.HELDOUT_CHAINS]
+    assert all(i.startswith("ho-") for i in held) and len(set(held)) == len(held)
+    assert not fitted & set(held)
+    assert not any(i.startswith("ho-") for i in fitted)
+
+
+def test_probe_geometries_cover_the_programs_convolutions(recorder):
+    geoms = recorder.conv_geometries()
+    keys = {(g["c_in"], g["c_out"], g["k"], g["stride"], g["hw"], g["bias"]) for g in geoms}
+    assert len(keys) == len(geoms)
+    # the convnet's four 3×3 convolutions with bias (convnet-b128's misses), the ResNet stems at both sizes
+    assert {(3, 64, 3, 1, 64, True), (64, 128, 3, 1, 32, True), (128, 256, 3, 1, 16, True),
+            (256, 512, 3, 1, 8, True)} <= keys
+    assert {(3, 64, 7, 2, 224, False), (3, 64, 7, 2, 160, False)} <= keys
+    # ResNet-50's 1×1 downsample at 224² and 160² (its input is the 56² / 40² map)
+    assert {(64, 256, 1, 1, 56, False), (64, 256, 1, 1, 40, False)} <= keys
+    assert sum("grid" in g["sources"] for g in geoms) == 8
+
+
+def test_dry_run_lists_only_the_parts_asked(tmp_path):
+    def dry(parts: str) -> dict:
+        out = subprocess.run([sys.executable, str(SCRIPT), "--parts", parts, "--dry-run"], capture_output=True,
+                             text=True, check=True).stdout
+        return json.loads(out)
+
+    new = dry("probe2,heldout,heldout-chains")
+    assert new["chains"] == [] and all(r.startswith("ho-") for r in new["runs"]) and new["heldout_chains"]
+    assert sorted(new["probes"]) == sorted(f"{b}-{d}" for b in (32, 128, 256) for d in ("float32", "bfloat16"))
+    old = dry("plan,chains,probe")
+    assert old["probes"] == ["probe"] and old["heldout_chains"] == [] and "resnet18-b64" in old["runs"]
+    bad = subprocess.run([sys.executable, str(SCRIPT), "--parts", "plan,nope", "--dry-run"], capture_output=True,
+                         text=True)
+    assert bad.returncode == 2 and "nope" in bad.stderr
