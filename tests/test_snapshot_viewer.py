@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memviz.snapshots import SnapshotError, SnapshotHistory, dumps_snapshot
+from memviz.snapshots import SnapshotError, SnapshotHistory, dumps_snapshot, what_if
 from memviz.widgets import SnapshotViewer, WhatIfTable, segment_bars, what_if_widget
 from memviz.widgets._common import MiB
 from memviz.widgets.snapshot_viewer import envelope, event_text
@@ -294,6 +294,12 @@ def test_bad_sources_say_what_is_wrong(tmp_path):
         WhatIfTable(small, device_sizes=["GTX 9090"], progress=False)
     with pytest.raises(ValueError, match="cap_bytes must be between"):
         WhatIfTable(small, device_sizes=["T4"], cap="20 GiB", progress=False)
+    # the widget names its configs as what_if does (one rule): a bare string is refused, with the fix
+    for make in (WhatIfTable, what_if):
+        with pytest.raises(TypeError, match=r"wrap it, configs=\['expandable_segments:True'\]"):
+            make(small, "expandable_segments:True", progress=False)
+        with pytest.raises(TypeError, match="config 'x' must be a PYTORCH_CUDA_ALLOC_CONF string, not int"):
+            make(small, {"x": 3}, progress=False)
     with pytest.raises(ValueError, match="timeline=True"):
         from memviz.snapshots import replay
 

@@ -83,7 +83,7 @@ SMALL = {"segments": [], "device_traces": [[_ev("segment_alloc", 0, 2 * M), _ev(
     ({"cap_bytes": 0}, InputError, "cap_bytes must be between"),
     ({"device_total_bytes": 2**80}, InputError, "device_total_bytes"),
     ({"memory_fraction": 2.0}, InputError, "memory_fraction"),
-    ({"configs": [5]}, InputTypeError, "alloc_conf must be"),
+    ({"configs": [5]}, InputTypeError, "config 5 must be a PYTORCH_CUDA_ALLOC_CONF string"),
     ({"configs": ["max_split_size_mb:²"]}, InputError, "max_split_size_mb"),
 ])
 def test_what_if_refuses_bad_arguments_by_name(kwargs: dict, error: type, match: str) -> None:

@@ -38,6 +38,7 @@ __all__ = [
     "WhatIfReport",
     "check_fidelity",
     "format_table",
+    "named_configs",
     "recorded_cells",
     "replay",
     "what_if",
@@ -495,7 +496,8 @@ class WhatIfReport:
     recorded_peak_allocated_bytes: int
 
     def rows(self) -> list[dict[str, Any]]:
-        """Return :meth:`ReplayResult.summary` for every config, in order (for a table widget)."""
+        """Return :meth:`ReplayResult.summary` for every config, in order (numbers, for your own tables;
+        :meth:`cells` is the table as strings)."""
         return [r.summary() for r in self.results.values()]
 
     def cells(self) -> list[list[str]]:
@@ -507,6 +509,23 @@ class WhatIfReport:
     def table(self) -> str:
         """Return :meth:`cells` as plain text (:func:`format_table`), then :meth:`FidelityReport.describe`."""
         return format_table(self.cells(), footer=None if self.fidelity is None else self.fidelity.describe())
+
+
+def named_configs(configs: Mapping[str, str] | Iterable[str]) -> dict[str, str]:
+    """Return ``configs`` as a dict name → ``PYTORCH_CUDA_ALLOC_CONF`` string: a mapping as given, each string
+    of a list named by itself (``""`` as ``"default"``).
+
+    Raises:
+        InputTypeError: ``configs`` is a single string (wrap it in a list), or a config is not a string.
+    """
+    if isinstance(configs, str):
+        raise InputTypeError("configs must be a list of PYTORCH_CUDA_ALLOC_CONF strings (or a mapping name -> string), "
+                             f"not the string {configs!r}: wrap it, configs=[{configs!r}]")
+    named = dict(configs) if isinstance(configs, Mapping) else {c or "default": c for c in configs}
+    for name, conf in named.items():
+        if not isinstance(conf, str):
+            raise InputTypeError(f"config {name!r} must be a PYTORCH_CUDA_ALLOC_CONF string, not {type(conf).__name__}")
+    return named
 
 
 def what_if(
@@ -540,14 +559,11 @@ def what_if(
     >>> report = what_if("tests/data/snapshots/train_snapshot.pickle", progress=False)  # doctest: +SKIP
     >>> print(report.table())  # doctest: +SKIP
     """
-    if isinstance(configs, str):
-        raise InputTypeError("configs must be a list of PYTORCH_CUDA_ALLOC_CONF strings (or a mapping name -> string), "
-                             f"not the string {configs!r}: wrap it, configs=[{configs!r}]")
+    named = named_configs(configs)
     history = _as_history(source, progress)
     if not history.events:
         raise SnapshotError("the snapshot has no device_traces to replay; record it with "
                             "torch.cuda.memory._record_memory_history() before running the job")
-    named = dict(configs) if isinstance(configs, Mapping) else {c or "default": c for c in configs}
     device = {"device_total_bytes": device_total_bytes, "cap_bytes": cap_bytes,
               "memory_fraction": memory_fraction}
     results: dict[str, ReplayResult] = {}

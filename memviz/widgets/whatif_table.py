@@ -35,6 +35,7 @@ from memviz.snapshots import (
     check_fidelity,
     what_if,
 )  # fmt: skip
+from memviz.snapshots.whatif import named_configs
 from memviz.units import format_bytes, parse_size
 from memviz.widgets._common import MiB, close_tree
 from memviz.widgets.snapshot_viewer import history_of
@@ -71,16 +72,6 @@ def _device_spec(device: Any) -> tuple[int | None, str]:
     d = simulated_device(device)
     label = d.name.replace(" (simulated)", "").replace("Simulated GPU ", "")
     return d.total_memory_bytes, label
-
-
-def _configs(configs: Mapping[str, str] | Iterable[str]) -> dict[str, str]:
-    if isinstance(configs, str):
-        configs = (configs,)
-    named = dict(configs) if isinstance(configs, Mapping) else {c or "default": c for c in configs}
-    for name, conf in named.items():
-        if not isinstance(conf, str):
-            raise TypeError(f"config {name!r} must be a PYTORCH_CUDA_ALLOC_CONF string, got {type(conf).__name__}")
-    return named
 
 
 @dataclass(frozen=True)
@@ -157,7 +148,8 @@ class WhatIfTable:
     :meth:`result`, ``html``, ``figure`` (bar chart of peak reserved) or ``widget`` (the ``VBox`` displayed).
 
     Raises:
-        TypeError / SnapshotError: ``source`` is not a snapshot, or has no events to replay.
+        TypeError / SnapshotError: ``source`` is not a snapshot, or has no events to replay; ``configs`` is a
+            single string (wrap it in a list) or holds something other than strings.
         ValueError: a bad device, cap or size (e.g. a cap above a device's memory).
     """
 
@@ -177,7 +169,7 @@ class WhatIfTable:
         if not self.history.events:
             raise SnapshotError("the snapshot has no device_traces to replay; record it with "
                                 "torch.cuda.memory._record_memory_history() before running the job")  # fmt: skip
-        self.configs = _configs(configs)
+        self.configs = named_configs(configs)
         if isinstance(device_sizes, (str, int)):
             device_sizes = (device_sizes,)
         self.devices = [_device_spec(d) for d in device_sizes] or [(None, "unlimited")]
