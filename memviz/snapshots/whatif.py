@@ -37,9 +37,11 @@ __all__ = [
     "ReplayResult",
     "WhatIfReport",
     "check_fidelity",
+    "check_replayable",
     "format_table",
     "named_configs",
     "recorded_cells",
+    "recorded_peaks",
     "replay",
     "what_if",
 ]
@@ -57,6 +59,25 @@ tried again, ``frag@peak`` is ``(reserved - allocated) / reserved`` when reserve
 
 def _as_history(source: Any, progress: bool | None) -> SnapshotHistory:
     return source if isinstance(source, SnapshotHistory) else SnapshotHistory(source, progress=progress)
+
+
+def check_replayable(history: SnapshotHistory) -> SnapshotHistory:
+    """Return ``history`` if it has events to replay.
+
+    Raises:
+        SnapshotError: the snapshot has no ``device_traces`` (it was dumped without recording history).
+    """
+    if not history.events:
+        raise SnapshotError("the snapshot has no device_traces to replay; record it with "
+                            "torch.cuda.memory._record_memory_history() before running the job")
+    return history
+
+
+def recorded_peaks(history: SnapshotHistory) -> tuple[int, int]:
+    """The recording's own peak reserved and peak allocated bytes (its state before the first event if none)."""
+    tl = history.timeline
+    return (max(tl.reserved_bytes, default=tl.initial["reserved_bytes"]),
+            max(tl.allocated_bytes, default=tl.initial["allocated_bytes"]))  # fmt: skip
 
 
 def _fraction(device_total_bytes: int, cap_bytes: int | None, memory_fraction: float | None) -> float | None:
@@ -470,7 +491,7 @@ def check_fidelity(
         states_compared=state["compared"],
         states_matching=state["matching"],
         first_state_mismatch=state["first"],
-        recorded_peak_reserved_bytes=max(tl.reserved_bytes, default=tl.initial["reserved_bytes"]),
+        recorded_peak_reserved_bytes=recorded_peaks(history)[0],
         replayed_peak_reserved_bytes=result.peak_reserved_bytes,
         result=result,
     )
@@ -560,10 +581,7 @@ def what_if(
     >>> print(report.table())  # doctest: +SKIP
     """
     named = named_configs(configs)
-    history = _as_history(source, progress)
-    if not history.events:
-        raise SnapshotError("the snapshot has no device_traces to replay; record it with "
-                            "torch.cuda.memory._record_memory_history() before running the job")
+    history = check_replayable(_as_history(source, progress))
     device = {"device_total_bytes": device_total_bytes, "cap_bytes": cap_bytes,
               "memory_fraction": memory_fraction}
     results: dict[str, ReplayResult] = {}
@@ -576,10 +594,6 @@ def what_if(
                                      progress=progress, **device)
     for label, conf in named.items():
         results[label] = replay(history, conf, name=label, progress=progress, **device)
-    tl = history.timeline
-    return WhatIfReport(
-        results=results,
-        fidelity=fidelity,
-        recorded_peak_reserved_bytes=max(tl.reserved_bytes, default=tl.initial["reserved_bytes"]),
-        recorded_peak_allocated_bytes=max(tl.allocated_bytes, default=tl.initial["allocated_bytes"]),
-    )
+    peak_reserved, peak_allocated = recorded_peaks(history)
+    return WhatIfReport(results=results, fidelity=fidelity, recorded_peak_reserved_bytes=peak_reserved,
+                        recorded_peak_allocated_bytes=peak_allocated)  # fmt: skip

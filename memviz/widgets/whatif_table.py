@@ -29,13 +29,12 @@ from memviz.sim.limits import MAX_DEVICE_BYTES, check_bytes
 from memviz.snapshots import (
     FidelityReport,
     ReplayResult,
-    SnapshotError,
     SnapshotHistory,
     WhatIfReport,
     check_fidelity,
     what_if,
 )  # fmt: skip
-from memviz.snapshots.whatif import named_configs
+from memviz.snapshots.whatif import check_replayable, named_configs, recorded_peaks
 from memviz.units import format_bytes, parse_size
 from memviz.widgets._common import MiB, close_tree
 from memviz.widgets.snapshot_viewer import history_of
@@ -120,9 +119,7 @@ def replay_grid(history: SnapshotHistory, configs: Mapping[str, str], devices: S
         bar.close()
     if check and fidelity is None:
         fidelity = check_fidelity(history, device_total_bytes=recorded[0], cap_bytes=recorded[1], progress=progress)
-    tl = history.timeline
-    return WhatIfGrid(rows, reports, fidelity, max(tl.reserved_bytes, default=tl.initial["reserved_bytes"]),
-                      max(tl.allocated_bytes, default=tl.initial["allocated_bytes"]))  # fmt: skip
+    return WhatIfGrid(rows, reports, fidelity, *recorded_peaks(history))
 
 
 class WhatIfTable:
@@ -165,10 +162,7 @@ class WhatIfTable:
         recorded_cap: int | str | None = None,
         progress: bool | None = None,
     ) -> None:
-        self.history: SnapshotHistory = history_of(source, progress=progress)
-        if not self.history.events:
-            raise SnapshotError("the snapshot has no device_traces to replay; record it with "
-                                "torch.cuda.memory._record_memory_history() before running the job")  # fmt: skip
+        self.history: SnapshotHistory = check_replayable(history_of(source, progress=progress))
         self.configs = named_configs(configs)
         if isinstance(device_sizes, (str, int)):
             device_sizes = (device_sizes,)
