@@ -23,6 +23,8 @@ from memviz.widgets.controls import parse_size_field
 from memviz.widgets.event_log import event_line
 from memviz.widgets.segment_map import CATEGORIES
 
+N_TRACES = len(CATEGORIES) + 1  # the segment map's traces in each set: one per category, then the block edges
+
 ALLOC, RES, ACTIVE = "allocated_bytes.all.current", "reserved_bytes.all.current", "active_bytes.all.current"
 
 
@@ -246,8 +248,8 @@ def test_segment_map_10k_blocks_is_a_few_webgl_traces():
     segments, stats = lab.segments(), lab.stats()
     n_blocks = sum(len(s["blocks"]) for s in segments)
     assert n_blocks >= 10_000 and m.webgl
-    assert [t.type for t in m.traces] == ["scattergl"] * 4 and not m.fig.layout.shapes  # a few traces, no shapes
-    assert sum(len(t.x) for t in m.traces[:3]) == 3 * n_blocks
+    assert [t.type for t in m.traces] == ["scattergl"] * N_TRACES and not m.fig.layout.shapes  # a few, no shapes
+    assert sum(len(t.x) for t in m.traces[:-1]) == 3 * n_blocks
     assert sum(m.bars["live"]["size"]) == stats[ALLOC] == m.drawn_bytes("live")
     m.close()
 
@@ -257,12 +259,12 @@ def test_segment_map_is_svg_up_to_svg_max_blocks_then_webgl_and_back():
     m = SegmentMap(lab)
     lab.allocate("1 MiB", name="a")
     m.refresh()
-    assert not m.webgl and len(m.fig.data) == 8 and [t.type for t in m.traces] == ["scatter"] * 4
-    assert not any(t.visible for t in m.fig.data[4:])  # the WebGL set, hidden
+    assert not m.webgl and len(m.fig.data) == 2 * N_TRACES and [t.type for t in m.traces] == ["scatter"] * N_TRACES
+    assert not any(t.visible for t in m.fig.data[N_TRACES:])  # the WebGL set, hidden
     lab.allocate("100 KiB", count=m.svg_max_blocks, name="many")  # now more blocks than svg_max_blocks
     m.refresh()
-    svg, gl = m.fig.data[:4], m.fig.data[4:]
-    assert m.webgl and m.traces == gl and [t.type for t in gl] == ["scattergl"] * 4
+    svg, gl = m.fig.data[:N_TRACES], m.fig.data[N_TRACES:]
+    assert m.webgl and m.traces == gl and [t.type for t in gl] == ["scattergl"] * N_TRACES
     assert [t.name for t in gl] == [t.name for t in svg] == [label for _, label, _ in CATEGORIES] + ["block edges"]
     assert all(t.visible for t in gl) and not any(t.visible for t in svg) and all(len(t.x) == 0 for t in svg)
     assert m.drawn_bytes("live") == lab.stats()[ALLOC]
@@ -299,7 +301,7 @@ def test_legends_name_every_trace_once():
     from memviz.widgets.timeline import MARKERS
 
     names = {t: [trace.name for trace in t.fig.data[:3]] + [kind for kind, _, _, _ in MARKERS],
-             m: [trace.name for trace in m.traces[:3]]}  # fmt: skip
+             m: [trace.name for trace in m.traces[:-1]]}  # fmt: skip
     for piece, labels in names.items():
         assert piece.widget.children == (piece.fig, piece.legend)
         for label in labels:

@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from memviz.lab import Lab
 
 __all__ = [
-    "FIXED_AXIS", "TEMPLATE", "MiB", "Piece", "close_tree", "exact_bytes", "guarded", "legend", "line_swatch",
-    "marker_swatch", "mib",
+    "FIXED_AXIS", "TEMPLATE", "MiB", "Piece", "button", "close_tree", "exact_bytes", "guarded", "legend",
+    "line_swatch", "marker_swatch", "mib", "wrap_row",
 ]  # fmt: skip
 
 USER_ERRORS = (MemvizError, ValueError, KeyError, TypeError)  # bad input (memviz.errors and the lab's messages);
@@ -117,6 +117,18 @@ def guarded(out: W.Output, on_error: Callable[[str], None] | None = None) -> Cal
         return callback
 
     return wrap
+
+
+def wrap_row(children: list[W.Widget]) -> W.HBox:
+    """A row of fields and buttons that wraps onto a second line when the page is narrow."""
+    return W.HBox(children, layout=W.Layout(flex_flow="row wrap", align_items="center"))
+
+
+def button(label: str, tip: str) -> W.Button:
+    """A control's button: as wide as its label, with ``tip`` as its tooltip."""
+    widget = W.Button(description=label, tooltip=tip, layout=W.Layout(width="auto", min_width="max-content"))
+    widget.add_class("memviz-button")
+    return widget
 
 
 def close_tree(widget: W.Widget) -> None:

@@ -1,6 +1,7 @@
 """Controls: allocate (bytes with units, or shape + dtype; count; name), free a pick, free all, gc.collect(),
 empty_cache(), reset stats; and the backend switch (simulator / real GPU) with device, cap and allocator
-config, which starts a fresh lab (:mod:`memviz.widgets.backend_panel`).
+config, which starts a fresh lab (:mod:`memviz.widgets.backend_panel`). With ``streams=True``, also the
+streams-and-pools panel (:mod:`memviz.widgets.streams_panel`): where Allocate allocates, and its buttons.
 
 Three small panels (:class:`AllocatePanel`, :class:`ActionsPanel`, the backend panel) hold the fields;
 :class:`Controls` runs every button through one path: the lab action, then ``on_event`` (the dashboard
@@ -19,7 +20,10 @@ import ipywidgets as W
 
 from memviz.shapes import DTYPE_SIZES, read_size
 from memviz.widgets._common import Piece, escape, guarded
+from memviz.widgets._common import button as _button
+from memviz.widgets._common import wrap_row as _row
 from memviz.widgets.backend_panel import CONFIG_PRESETS, BackendPanel
+from memviz.widgets.streams_panel import StreamsPanel
 
 if TYPE_CHECKING:
     from memviz.events import Event
@@ -37,17 +41,6 @@ def parse_size_field(text: str) -> tuple[Any, bool]:
     """
     value = read_size(text)
     return (value, True) if isinstance(value, tuple) else (text.strip(), False)
-
-
-def _row(children: list[W.Widget]) -> W.HBox:
-    """A row of fields and buttons that wraps onto a second line when the page is narrow."""
-    return W.HBox(children, layout=W.Layout(flex_flow="row wrap", align_items="center"))
-
-
-def _button(label: str, tip: str) -> W.Button:
-    button = W.Button(description=label, tooltip=tip, layout=W.Layout(width="auto", min_width="max-content"))
-    button.add_class("memviz-button")
-    return button
 
 
 class AllocatePanel:
@@ -69,13 +62,14 @@ class AllocatePanel:
         self.button.button_style = "primary"
         self.widget = _row([self.size, self.dtype, self.count, self.name, self.button])
 
-    def allocate(self, lab: Lab) -> Event:
-        """Allocate what the fields say in ``lab`` (a bad size or name raises ``ValueError``, nothing changes)."""
+    def allocate(self, lab: Lab, **placement: str | None) -> Event:
+        """Allocate what the fields say in ``lab`` (a bad size or name raises ``ValueError``, nothing changes);
+        ``placement``: ``stream`` and ``pool`` for ``lab.allocate`` (the streams panel's picks)."""
         size, is_shape = parse_size_field(self.size.value)
         name = self.name.value.strip() or None
         if is_shape:
-            return lab.allocate(size, self.dtype.value, count=self.count.value, name=name)
-        return lab.allocate(size, count=self.count.value, name=name)
+            return lab.allocate(size, self.dtype.value, count=self.count.value, name=name, **placement)
+        return lab.allocate(size, count=self.count.value, name=name, **placement)
 
 
 class ActionsPanel:
@@ -125,12 +119,14 @@ class Controls(Piece):
         on_event: called with each event after an action (the dashboard refreshes its pieces there).
         on_new_lab: called with the fresh lab the backend switch made (default: this piece shows it).
         out: the ``Output`` where unexpected errors print their traceback.
+        streams: add the streams-and-pools panel (``streams``, a
+            :class:`~memviz.widgets.streams_panel.StreamsPanel`; default False).
 
     Attributes: the panels ``allocation`` (:class:`AllocatePanel`), ``actions`` (:class:`ActionsPanel`) and
     ``backend`` (:class:`~memviz.widgets.backend_panel.BackendPanel`); their fields ``size``, ``dtype``,
     ``count``, ``name``, ``free_pick``, ``kind``, ``device``, ``cap``, ``config``; ``buttons`` (by description:
     ``"Allocate"``, ``"Free"``, ``"Free all"``, ``"gc.collect()"``, ``"empty_cache()"``, ``"reset stats"``,
-    ``"new lab"``); ``status`` shows the last event or error, ``error`` the last error.
+    ``"new lab"``, and the streams panel's); ``status`` shows the last event or error, ``error`` the last error.
     """
 
     def __init__(
@@ -140,6 +136,7 @@ class Controls(Piece):
         on_event: Callable[[Event], None] | None = None,
         on_new_lab: Callable[[Lab], None] | None = None,
         out: W.Output | None = None,
+        streams: bool = False,
     ) -> None:
         super().__init__(lab)
         self.on_event, self.on_new_lab = on_event, on_new_lab
@@ -154,17 +151,25 @@ class Controls(Piece):
         self.free_pick = self.actions.free_pick
         self.kind, self.device, self.cap, self.config, self.cuda = b.kind, b.device, b.cap, b.config, b.cuda
         self.buttons: dict[str, W.Button] = {"Allocate": a.button, **self.actions.buttons, "new lab": b.new_button}
-        runs: dict[str, Callable[[], Event]] = {"Allocate": lambda: a.allocate(self.lab),
-                                                "Free": lambda: self.actions.free(self.lab)}  # fmt: skip
+        self.streams = StreamsPanel() if streams else None
+        runs: dict[str, Callable[[], Event]] = {"Allocate": self._allocate, "Free": lambda: self.actions.free(self.lab)}
         for label, (action, _) in ActionsPanel.ACTIONS.items():
             runs[label] = lambda action=action: action(self.lab)
+        if self.streams is not None:
+            self.buttons.update(self.streams.buttons)
+            runs.update(self.streams.runs(lambda: self.lab, lambda: self.free_pick.value))
         for label, run in runs.items():
             self.buttons[label].on_click(wrap(self._action_handler(run)))
         self.status = W.HTML(value="")
         self.status.add_class("memviz-status")
-        self.widget = W.VBox([a.widget, self.actions.widget, self.status, b.widget])
+        panels = [a.widget, self.actions.widget] + ([self.streams.widget] if self.streams is not None else [])
+        self.widget = W.VBox([*panels, self.status, b.widget])
         self.widget.add_class("memviz-controls")
         self.refresh()
+
+    def _allocate(self) -> Event:
+        placement = self.streams.placement(self.lab) if self.streams is not None else {}
+        return self.allocation.allocate(self.lab, **placement)
 
     def lab_settings(self) -> dict[str, Any]:
         """The ``Lab(...)`` arguments the backend fields describe now."""
@@ -213,3 +218,5 @@ class Controls(Piece):
 
     def _draw(self, stats: Mapping[str, int], segments: list[dict] | None) -> None:
         self.actions.show(self.lab)
+        if self.streams is not None:
+            self.streams.show(self.lab)

@@ -36,6 +36,8 @@ class Dashboard:
         lab: the lab to show.
         live: refresh after every notebook cell (default True; nothing happens outside IPython).
         segment_map: include the segment map (default True).
+        streams: include the streams-and-pools controls (side streams, ``record_stream``, ``MemPool``, CUDA
+            graph capture; default False).
 
     Attributes: ``lab``, ``gauges``, ``timeline``, ``segment_map`` (or None), ``controls``, ``log``,
     ``oom``, ``figures`` (the row of the two figures, see :func:`~memviz.widgets.row.figure_row`), ``out``
@@ -43,7 +45,7 @@ class Dashboard:
     time of the last refresh).
     """
 
-    def __init__(self, lab: Lab, *, live: bool = True, segment_map: bool = True) -> None:
+    def __init__(self, lab: Lab, *, live: bool = True, segment_map: bool = True, streams: bool = False) -> None:
         self.lab = lab
         self.out = W.Output()
         self.header = W.HTML()
@@ -52,7 +54,8 @@ class Dashboard:
         self.gauges = MemoryGauges(lab)
         self.timeline = Timeline(lab)
         self.segment_map = SegmentMap(lab) if segment_map else None
-        self.controls = Controls(lab, on_event=self._after_action, on_new_lab=self.set_lab, out=self.out)
+        self.controls = Controls(lab, on_event=self._after_action, on_new_lab=self.set_lab, out=self.out,
+                                 streams=streams)
         self.log = EventLog(lab)
         self.pieces = [p for p in (self.oom, self.gauges, self.timeline, self.segment_map, self.controls, self.log)
                        if p is not None]  # fmt: skip
@@ -123,8 +126,10 @@ class Dashboard:
         return f"<memviz Dashboard on {self.lab.describe()}>"
 
 
-def dashboard(lab: Lab | None = None, *, live: bool = True, segment_map: bool = True, **lab_kwargs: Any) -> Dashboard:
-    """Everything in one call: a :class:`Dashboard` on ``lab``, or on a new ``Lab(**lab_kwargs)``.
+def dashboard(lab: Lab | None = None, *, live: bool = True, segment_map: bool = True, streams: bool = False,
+              **lab_kwargs: Any) -> Dashboard:
+    """Everything in one call: a :class:`Dashboard` on ``lab``, or on a new ``Lab(**lab_kwargs)``; ``streams=True``
+    adds the streams-and-pools controls.
 
     >>> d = dashboard(backend="sim", device="T4", cap="2 GiB", live=False)
     >>> d.controls.buttons["Allocate"].click()
@@ -137,4 +142,4 @@ def dashboard(lab: Lab | None = None, *, live: bool = True, segment_map: bool = 
         lab = Lab(**lab_kwargs)
     elif lab_kwargs:
         raise ValueError(f"pass either a lab or Lab arguments, not both ({', '.join(lab_kwargs)})")
-    return Dashboard(lab, live=live, segment_map=segment_map)
+    return Dashboard(lab, live=live, segment_map=segment_map, streams=streams)

@@ -1,13 +1,21 @@
 """The segment map: every segment of the cache as a row, its blocks as bars coloured by state.
 
-Three states, the three things a learner must tell apart:
+Five states, the things a learner must tell apart:
 
-- **live tensor** (``active_allocated``, and ``active_pending_free``): memory in use;
+- **live tensor** (``active_allocated``): memory in use;
 - **free, stuck**: a free block in a segment that still holds a live tensor; the allocator can reuse it
   for a request that fits, but ``empty_cache()`` cannot give it back to the driver;
 - **free, releasable**: a segment that is one whole free block, or, in an expandable segment, the whole
   free pages: exactly what ``empty_cache()`` would release (the same rule as
-  :func:`memviz.fragmentation.fragmentation`, so the green bars add up to its ``releasable_bytes``).
+  :func:`memviz.fragmentation.fragmentation`, so the green bars add up to its ``releasable_bytes``);
+- **freed, waiting for another stream** (``active_pending_free``): a tensor freed after ``record_stream``,
+  whose block stays taken until the streams it was used on are done;
+- **free, held by a private pool**: a free block of a CUDA graph's or a ``MemPool``'s pool that something
+  still holds; ``empty_cache()`` leaves the pool alone, and only allocations into that pool can reuse it.
+
+Rows are grouped by (pool, stream), each group in address order; when the cache has more than one group,
+each row's label starts with its place (``"stream side"``, ``"graph pool g1 · stream capture"``, ...), as
+:meth:`memviz.lab.Lab.place_of` names it: a side stream's cached segments serve only that stream.
 
 Drawn as one trace per state, never one shape per block: each block is a thick horizontal line from its
 offset to its end (x in MiB) on its segment's row, a state's blocks are one line trace (NaN between
@@ -28,7 +36,7 @@ Runtime complexity: O(blocks) per refresh.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import ipywidgets as W
@@ -50,8 +58,12 @@ CATEGORIES = (  # (key, legend name, colour)
     ("live", "live tensor", "#1f77b4"),
     ("stuck", "free, stuck beside live tensors", "#ff7f0e"),
     ("releasable", "free, releasable by empty_cache()", "#2ca02c"),
+    ("pending", "freed, waiting for another stream", "#9467bd"),
+    ("held", "free, held by a private pool", "#7f7f7f"),
 )
-LIVE_STATES = ("active_allocated", "active_pending_free")
+LIVE_STATES = ("active_allocated",)
+PENDING_STATES = ("active_pending_free",)
+DEFAULT_PLACE = "default stream"
 MIN_LABELLED_ROW_PX = 14  # rows thinner than this get plain row numbers on the y axis, not one label each
 TRACE_NAMES = (*(label for _, label, _ in CATEGORIES), "block edges")
 SVG_MAX_BLOCKS = 500  # up to this many blocks the map is SVG, above it WebGL (see the module docstring)
@@ -64,15 +76,29 @@ def _whole_pages(offset: int, size: int, page: int) -> tuple[int, int]:
     return (first, last) if last > first else (0, 0)
 
 
-def segment_bars(segments: list[Mapping], names: Mapping[int, str] | None = None) -> dict[str, dict[str, list]]:
-    """The bars of the map, per category: ``{"live": {"row", "offset", "size", "requested", "address",
-    "name"}, "stuck": {...}, "releasable": {...}}``, every value a list (bytes exact, ints).
+def _private(segment: Mapping) -> bool:
+    return tuple(segment.get("segment_pool_id", (0, 0))) != (0, 0)
+
+
+def row_order(segments: list[Mapping]) -> list[Mapping]:
+    """The map's rows: grouped by (pool id, stream), the device's own pools and the default stream first, each
+    group in address order."""
+    return sorted(segments, key=lambda s: (tuple(s.get("segment_pool_id", (0, 0))), s.get("stream", 0), s["address"]))
+
+
+def segment_bars(segments: list[Mapping], names: Mapping[int, str] | None = None,
+                 held: Callable[[tuple[int, int]], bool] | None = None) -> dict[str, dict[str, list]]:
+    """The bars of the map, per category of ``CATEGORIES``: ``{"live": {"row", "offset", "size", "requested",
+    "address", "name"}, "stuck": {...}, ...}``, every value a list (bytes exact, ints).
 
     Args:
-        segments: ``snapshot()["segments"]``, drawn in address order (row 0 = lowest address).
+        segments: ``snapshot()["segments"]``, drawn in :func:`row_order` (row 0 at the top).
         names: block address -> tensor name, for the hover.
+        held: whether a private pool's id is still held (its free blocks are then "held", not stuck or
+            releasable); default: every private pool is (a snapshot does not say what holds its pools).
     """
     names = names or {}
+    held = held or _private_pool_held
     out: dict[str, dict[str, list]] = {
         key: {"row": [], "offset": [], "size": [], "requested": [], "address": [], "name": []}
         for key, _, _ in CATEGORIES
@@ -87,8 +113,9 @@ def segment_bars(segments: list[Mapping], names: Mapping[int, str] | None = None
         bars["address"].append(address)
         bars["name"].append(name)
 
-    for row, seg in enumerate(sorted(segments, key=lambda s: s["address"])):
+    for row, seg in enumerate(row_order(segments)):
         blocks = seg["blocks"]
+        in_held_pool = _private(seg) and held(tuple(seg["segment_pool_id"]))
         expandable = seg.get("is_expandable", False)
         page = SMALL_PAGE_BYTES if seg.get("segment_type") == "small" else LARGE_PAGE_BYTES
         whole = len(blocks) == 1
@@ -97,9 +124,11 @@ def segment_bars(segments: list[Mapping], names: Mapping[int, str] | None = None
         for block in blocks:
             size = block["size"]
             address = block.get("address", seg_address + offset)
-            if block["state"] in LIVE_STATES:
-                add("live", row, offset, size, block.get("requested_size", size), address,
-                    names.get(address, "(not a lab tensor)"))  # fmt: skip
+            if block["state"] in LIVE_STATES or block["state"] in PENDING_STATES:
+                add("live" if block["state"] in LIVE_STATES else "pending", row, offset, size,
+                    block.get("requested_size", size), address, names.get(address, "(not a lab tensor)"))
+            elif in_held_pool:
+                add("held", row, offset, size, 0, address, "")
             elif expandable:
                 first, last = _whole_pages(offset, size, page)
                 if last <= first:
@@ -154,7 +183,7 @@ class StateMap:
         self.widget = W.VBox([self.fig, self.legend], layout=W.Layout(width="100%"))
         self.bars: dict[str, dict[str, list]] = {}
         self._drawn_key: object = None
-        self._shown = 0  # index of the first trace drawn now: 0 (SVG) or 4 (WebGL)
+        self._shown = 0  # index of the first trace drawn now: 0 (SVG) or len(TRACE_NAMES) (WebGL)
 
     @property
     def webgl(self) -> bool:
@@ -163,30 +192,44 @@ class StateMap:
 
     @property
     def traces(self) -> tuple:
-        """The four traces drawn now: one per category in ``CATEGORIES`` order, then the block edges."""
+        """The traces drawn now: one per category in ``CATEGORIES`` order, then the block edges."""
         return self.fig.data[self._shown : self._shown + len(TRACE_NAMES)]
 
-    def show(self, segments: list[Mapping], names: Mapping[int, str] | None = None) -> None:
+    def show(self, segments: list[Mapping], names: Mapping[int, str] | None = None,
+             place: Callable[[Mapping], str] | None = None,
+             held: Callable[[tuple[int, int]], bool] | None = None) -> None:
         """Draw ``segments`` (``_snapshot()["segments"]``-shaped) with ``names`` (block address -> label) in
-        the hover; nothing is sent when neither changed since the last draw."""
+        the hover; nothing is sent when nothing changed since the last draw.
+
+        Args:
+            place: a segment's place for its row label (:meth:`memviz.lab.Lab.place_of`); default: its stream
+                and pool id, shown only when the cache has more than one (pool, stream).
+            held: whether a private pool is still held (see :func:`segment_bars`).
+        """
         names = names or {}
-        key = (tuple((b["address"], b["size"], b["state"]) for s in segments for b in s["blocks"]), names)
+        place = place or _place
+        places = tuple(place(s) for s in row_order(segments))
+        pools = tuple(held(tuple(s["segment_pool_id"])) if held else True for s in segments if _private(s))
+        key = (tuple((b["address"], b["size"], b["state"]) for s in segments for b in s["blocks"]), names, places,
+               pools)  # fmt: skip
         if key == self._drawn_key:  # nothing moved (gc with nothing to collect, reset_peak, ...)
             return
         self._drawn_key = key
-        self._draw(segments, names)
+        self._draw(segments, names, places, held)
 
     def forget(self) -> None:
         """Redraw on the next :meth:`show` even if the segments look the same."""
         self._drawn_key = None
 
-    def _draw(self, segments: list[Mapping], names: Mapping[int, str]) -> None:
-        bars = segment_bars(segments, names)
+    def _draw(self, segments: list[Mapping], names: Mapping[int, str], places: tuple[str, ...],
+              held: Callable[[tuple[int, int]], bool] | None) -> None:
+        bars = segment_bars(segments, names, held)
         self.bars = bars
         webgl = sum(len(b["size"]) for b in bars.values()) > self.svg_max_blocks
         shown = len(TRACE_NAMES) if webgl else 0
-        ordered = sorted(segments, key=lambda s: s["address"])
+        ordered = row_order(segments)
         n = len(ordered)
+        grouped = len(set(places)) > 1 or any(p != DEFAULT_PLACE for p in places)
         layout_y: dict = {"autorange": False, "title": {"text": ""}, "zeroline": False, "showgrid": False,
                           "visible": n > 0, **FIXED_AXIS}  # fmt: skip
         height = min(self.max_height, 110 + self.row_px * max(n, 2))
@@ -195,6 +238,8 @@ class StateMap:
             exp = {True: " (exp.)", False: ""}
             labels = [f"{s['segment_type']} {format_bytes(s['total_size'])}{exp[bool(s.get('is_expandable'))]}"
                       for s in ordered]  # fmt: skip
+            if grouped:  # which (pool, stream) each row is: a side stream's segments serve that stream alone
+                labels = [f"{where} · {label}" for where, label in zip(places, labels, strict=True)]
             layout_y.update(tickmode="array", tickvals=list(range(n)), ticktext=labels, range=[max(n, 1) - 0.5, -0.5])
         else:
             layout_y.update(tickmode="auto", tickvals=None, ticktext=None, title={"text": "segment #"},
@@ -239,6 +284,9 @@ class StateMap:
         relayout: dict = {"yaxis": layout_y, "title.text": title, "xaxis.visible": n > 0}
         if height != self.fig.layout.height:  # a new height re-lays the whole figure out: only when it changes
             relayout["height"] = height
+        margin = _left_margin(layout_y.get("ticktext"))
+        if margin != self.fig.layout.margin.l:
+            relayout["margin.l"] = margin
         self.fig.plotly_update(restyle_data=restyle, relayout_data=relayout, trace_indexes=indexes)
         if bool(self.fig.layout.annotations) != (n == 0):  # the cache became empty, or stopped being empty
             self.fig.layout.annotations = () if n else empty
@@ -300,7 +348,24 @@ class SegmentMap(Piece):
         self.map.forget()
 
     def _draw(self, stats: Mapping[str, int], segments: list[dict] | None) -> None:
-        self.map.show(segments or [], self.tensor_names())
+        self.map.show(segments or [], self.tensor_names(), self.lab.place_of, self.lab.pool_is_held)
+
+
+def _private_pool_held(pool_id: tuple[int, int]) -> bool:
+    return True
+
+
+def _place(segment: Mapping) -> str:
+    """A segment's place without a lab to name it: its stream and private pool id."""
+    stream, pool_id = segment.get("stream", 0), tuple(segment.get("segment_pool_id", (0, 0)))
+    where = "default stream" if not stream else f"stream {stream:#x}"
+    return where if pool_id == (0, 0) else f"pool {pool_id} · {where}"
+
+
+def _left_margin(labels: list[str] | None) -> int:
+    """Room for the row labels in px: 160 as before for plain ones, more (up to 420) for labels with a place."""
+    longest = max(map(len, labels), default=0) if labels else 0
+    return max(160, min(420, 20 + 7 * longest))
 
 
 def _traces(kind: type, visible: bool = True) -> list:
@@ -320,9 +385,14 @@ def _floats(values: list) -> np.ndarray:
     return np.asarray(values, dtype=float)
 
 
+_HOVER_WHAT = {"stuck": "free", "releasable": "free, releasable", "held": "free, held by its pool"}
+
+
 def _hover(category: str, name: str, size: int, requested: int, address: int, offset: int) -> str:
-    what = name if category == "live" else ("free" if category == "stuck" else "free, releasable")
+    what = _HOVER_WHAT.get(category, name)
+    if category == "pending":
+        what = f"{name}: freed, waiting for another stream"
     text = f"<b>{what}</b><br>block {size:,} B ({format_bytes(size)})"
-    if category == "live":
+    if category in ("live", "pending"):
         text += f"<br>requested {requested:,} B"
     return text + f"<br>address {address:#x}, offset {offset:,} B"
