@@ -48,13 +48,19 @@ def test_nothing_global_is_left_changed() -> None:
                 torch.clear_autocast_cache, torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack(),
                 sorted(torch._C._dispatch_get_registrations_for_dispatch_key("AutocastIPU")),
                 torch._C._dispatch_tls_is_dispatch_key_excluded(torch._C.DispatchKey.AutocastIPU),
-                optimizer._get_foreach_kernels_supported_devices())
+                optimizer._get_foreach_kernels_supported_devices(), torch.accelerator.current_stream,
+                torch.accelerator.memory.memory_stats, str(torch.accelerator.current_accelerator()))
 
     before = state()
+
+    inside = {}
 
     def bad() -> None:
         torch.manual_seed(123)
         x = torch.randn(4, 4, device="cuda")
+        # torch.accelerator answers for the target GPU on either build (torch.optim's step asks it)
+        inside["accelerator"] = str(torch.accelerator.current_accelerator(check_available=True))
+        inside["capturing"] = torch.accelerator.current_stream().is_capturing()
         with torch.autocast("cuda", dtype=torch.bfloat16):
             torch.set_grad_enabled(False)
             raise KeyError("the user's own error")
@@ -63,6 +69,7 @@ def test_nothing_global_is_left_changed() -> None:
     with pytest.raises(KeyError, match="the user's own error"):
         memviz.predict(bad)
     assert before == state()
+    assert inside == {"accelerator": "cuda", "capturing": False}
     assert torch.equal(rng, torch.get_rng_state())
     assert torch.ones(2).sum().item() == 2.0  # ordinary torch still works
     with torch.autocast("cpu", dtype=torch.bfloat16):

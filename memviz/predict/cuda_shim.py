@@ -56,6 +56,8 @@ class _Stream:
     def __getattr__(self, name: str) -> Any:
         if name in ("query",):
             return lambda *a, **k: True
+        if name in ("is_capturing",):
+            return lambda *a, **k: False
         if name in ("elapsed_time",):
             return lambda *a, **k: 0.0
         return lambda *a, **k: None
@@ -115,14 +117,36 @@ def _replacements(session: Any) -> dict[str, Any]:
         "memory_summary": lambda device=None, abbreviated=False: alloc.memory_summary(abbreviated),
         "mem_get_info": mem_get_info,
         "set_per_process_memory_fraction": set_fraction,
+        # torch.accelerator's own names (torch >= 2.6): the same GPU, whichever API the program or torch asks
+        "current_accelerator": lambda check_available=False: torch.device("cuda"),
+        "current_device_index": lambda: 0,
+        "current_device_idx": lambda: 0,
+        "set_device_index": nothing,
+        "set_device_idx": nothing,
+        "set_stream": nothing,
+        "get_memory_info": mem_get_info,
     }
+
+
+def _modules() -> list[Any]:
+    """Where the names live: ``torch.cuda``, ``torch.cuda.memory`` and, where this torch has it,
+    ``torch.accelerator`` (which a CPU-only build answers with "no accelerator" and a CUDA build on a
+    machine without a GPU answers from the driver: ``torch.optim``'s step asks it for the current stream)."""
+    modules = [torch.cuda, torch.cuda.memory]
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None:
+        modules.append(accelerator)
+        if getattr(accelerator, "memory", None) is not None:
+            modules.append(accelerator.memory)
+    return modules
 
 
 @contextlib.contextmanager
 def patched_cuda(session: Any) -> Iterator[None]:
-    """Replace ``torch.cuda``'s functions (and ``torch.cuda.memory``'s) for the block; restore them after."""
+    """Replace ``torch.cuda``'s functions (and ``torch.cuda.memory``'s, ``torch.accelerator``'s) for the block;
+    restore them after."""
     saved: list[tuple[Any, str, Any]] = []
-    modules = [torch.cuda, torch.cuda.memory]
+    modules = _modules()
     try:
         for name, value in _replacements(session).items():
             for module in modules:
