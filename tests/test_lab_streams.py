@@ -246,3 +246,42 @@ def test_every_new_action_is_a_lab_action():
     assert {e.action for e in lab.events} <= set(LAB_ACTIONS)
     assert {"new_stream", "new_pool", "release_pool", "capture", "end_capture", "delete_graph", "record_stream",
             "queue_work", "synchronize"} <= {e.action for e in lab.events}
+
+
+STREAM_METHODS = ("default_stream", "new_stream", "stream_id", "on_stream", "record_stream", "queue_work",
+                  "synchronize", "new_pool", "pool_id", "in_pool", "release_pool", "begin_capture", "end_capture",
+                  "capture_stream", "graph_pool_id", "replay_graph", "delete_graph")
+
+
+@pytest.mark.parametrize("method", STREAM_METHODS)
+def test_both_backends_implement_the_streams_interface_with_its_signature(method):
+    import inspect
+
+    from memviz.backends.base import Backend
+    from memviz.backends.cuda import CudaBackend  # importable with CPU torch: only its use needs CUDA
+    from memviz.backends.simulated import SimulatedBackend
+
+    want = list(inspect.signature(getattr(Backend, method)).parameters)
+    for backend in (CudaBackend, SimulatedBackend):
+        assert getattr(backend, method) is not getattr(Backend, method), f"{backend.__name__}.{method} missing"
+        assert list(inspect.signature(getattr(backend, method)).parameters) == want, f"{backend.__name__}.{method}"
+
+
+def test_the_torch_api_the_cuda_backend_calls_exists_in_this_torch():
+    torch = pytest.importorskip("torch")
+    for name in ("Stream", "stream", "default_stream", "current_stream", "MemPool", "use_mem_pool", "CUDAGraph",
+                 "graph", "synchronize", "_sleep"):
+        assert hasattr(torch.cuda, name), f"torch.cuda.{name}"
+    assert hasattr(torch.Tensor, "record_stream")
+
+
+def test_a_backend_without_streams_says_so():
+    from memviz.backends.base import Backend
+
+    class Plain(Backend):  # the abstract methods only: what a third backend would start from
+        empty = empty_cache = memory_stats = snapshot = reset_peak_memory_stats = None
+        reset_accumulated_memory_stats = set_cap = None
+
+    for call in (lambda b: b.new_stream(), lambda b: b.new_pool(), lambda b: b.begin_capture(None)):
+        with pytest.raises(InputError, match="the Plain backend has no"):
+            call(Plain())
