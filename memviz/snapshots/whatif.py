@@ -14,10 +14,9 @@ the what-if numbers are only as good as that match. All sizes are bytes.
 
 from __future__ import annotations
 
-import textwrap
 import time
 from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,9 +25,11 @@ from memviz.sim import CachingAllocator, Op, OutOfMemoryError, fraction_for_cap
 from memviz.sim import replay as replay_ops
 from memviz.sim.constants import MiB
 from memviz.sim.limits import MAX_DEVICE_BYTES, check_bytes, check_fraction
-from memviz.sim.replay import FREE, FREE_COMPLETED, FREE_REQUESTED, MALLOC, PROBE
+from memviz.sim.replay import PROBE
+from memviz.tables import format_table
 
 from .history import TRACE_ACTION_CODES, SnapshotHistory
+from .history_ops import compile_requests
 from .progress import progress_bar
 
 __all__ = [
@@ -38,7 +39,6 @@ __all__ = [
     "WhatIfReport",
     "check_fidelity",
     "check_replayable",
-    "format_table",
     "named_configs",
     "recorded_cells",
     "recorded_peaks",
@@ -177,65 +177,6 @@ def recorded_cells(peak_reserved_bytes: int, peak_allocated_bytes: int) -> list[
     return cells + [""] * (len(TABLE_HEADERS) - len(cells))
 
 
-def format_table(rows: Sequence[Sequence[str]], left_columns: int = 1, footer: str | None = None) -> str:
-    """Lay out ``rows`` (the headers first, a header's lines split at ``\\n``) as plain text: the first
-    ``left_columns`` columns left-aligned, the others right-aligned, two spaces apart, a rule under the headers,
-    then ``footer`` (e.g. :meth:`FidelityReport.describe`) wrapped at the table's width (default: none)."""
-    heads = [h.split("\n") for h in rows[0]]
-    depth = max(len(h) for h in heads)
-    heads = [[""] * (depth - len(h)) + h for h in heads]  # a one-line header sits on the last line
-    head_rows = [[h[k] for h in heads] for k in range(depth)]
-    body = [list(r) for r in rows[1:]]
-    widths = [max(len(r[c]) for r in head_rows + body) for c in range(len(heads))]
-
-    def line(row: Sequence[str]) -> str:
-        return "  ".join(t.ljust(w) if c < left_columns else t.rjust(w)
-                         for c, (t, w) in enumerate(zip(row, widths, strict=True))).rstrip()  # fmt: skip
-
-    width = sum(widths) + 2 * (len(widths) - 1)
-    foot = [] if footer is None else textwrap.wrap(footer, width)
-    return "\n".join([*map(line, head_rows), "-" * width, *map(line, body), *foot])
-
-
-def _compile(history: SnapshotHistory) -> tuple[list[Op], list[int]]:
-    """Return the requests to replay, in order, and the event index of each (-1: live at the start).
-
-    Keys are the recorded addresses: a ``free_completed`` frees what the ``alloc`` at its address got (a free
-    that waited on another stream's events returns its block when it completed, as it did). Each request
-    runs on its recorded stream, so a stream's cached blocks serve that stream only.
-    A recorded ``oom`` becomes a probe: its request, freed at once if it fits.
-    """
-    ops: list[Op] = []
-    where: list[int] = []
-    for b in history.initial_blocks:
-        ops.append(Op(MALLOC, b.address, b.requested_size, b.stream))
-        where.append(-1)
-    events = history.events
-    waiting: set[int] = set()  # addresses freed but waiting on another stream's events
-    for i, e in enumerate(events):
-        action = e["action"]
-        if action == "alloc":
-            ops.append(Op(MALLOC, e["addr"], e["size"], e.get("stream", 0)))
-        elif action == "free_requested":
-            nxt = events[i + 1] if i + 1 < len(events) else None
-            if nxt is not None and nxt["action"] == "free_completed" and nxt.get("addr") == e["addr"]:
-                continue  # completed at once: one free, at its free_completed
-            ops.append(Op(FREE_REQUESTED, e["addr"]))
-            waiting.add(e["addr"])
-        elif action == "free_completed":
-            if e["addr"] in waiting:
-                waiting.discard(e["addr"])
-                ops.append(Op(FREE_COMPLETED, e["addr"]))
-            else:
-                ops.append(Op(FREE, e["addr"]))
-        elif action == "oom":
-            ops.append(Op(PROBE, None, e["size"], e.get("stream", 0)))
-        else:
-            continue
-        where.append(i)
-    return ops, where
-
-
 def replay(
     source: Any,
     alloc_conf: str = "",
@@ -281,7 +222,7 @@ def replay(
         raise InputTypeError(f"alloc_conf must be a PYTORCH_CUDA_ALLOC_CONF string, not {type(alloc_conf).__name__}")
     sim = CachingAllocator(total, fraction, alloc_conf, context_bytes=context_bytes,
                            record_history=record_history)
-    ops, where = _compile(history)
+    ops, where = compile_requests(history, sim.allowed_memory_bytes)
     n_events = len(history.events)
     reserved = array("q", bytes(8 * n_events)) if timeline else None
     allocated = array("q", bytes(8 * n_events)) if timeline else None
@@ -528,7 +469,7 @@ class WhatIfReport:
         return [list(TABLE_HEADERS), recorded, *(r.cells() for r in self.results.values())]
 
     def table(self) -> str:
-        """Return :meth:`cells` as plain text (:func:`format_table`), then :meth:`FidelityReport.describe`."""
+        """Return :meth:`cells` as plain text (:func:`~memviz.tables.format_table`), then the fidelity sentence."""
         return format_table(self.cells(), footer=None if self.fidelity is None else self.fidelity.describe())
 
 

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 
-from memviz.snapshots.whatif import TABLE_HEADERS, format_table, recorded_cells
+from memviz.snapshots.whatif import TABLE_HEADERS, recorded_cells
+from memviz.tables import format_table
 from memviz.widgets._common import TEMPLATE, MiB, escape
 from memviz.widgets.figure import Figure
 
