@@ -19,6 +19,7 @@ from typing import Any
 
 from memviz.lab import Lab
 from memviz.sim.presets import RECORDED_CONFIGS, WORKLOAD_CONFIGS
+from memviz.tables import format_table
 from memviz.units import format_bytes
 
 __all__ = ["RECORDED_CONFIGS", "WORKLOAD_CONFIGS", "Comparison", "Run", "compare_configs"]
@@ -82,7 +83,8 @@ class Run:
 class Comparison(Sequence[Run]):
     """The runs, in order; ``str()`` is a table, ``[alloc_conf]`` or ``[index]`` picks a run."""
 
-    COLUMNS = ("peak requested", "peak reserved", "OOMs", "cudaMalloc", "cudaFree", "stranded now")
+    COLUMNS = ("peak\nrequested", "peak\nreserved", "OOMs", "cudaMalloc", "cudaFree", "stranded\nnow")
+    """The table's columns after the run's label; a header's lines split at ``\\n``, as in the what-if table."""
 
     def __init__(self, runs: Sequence[Run]) -> None:
         self._runs = tuple(runs)
@@ -102,17 +104,14 @@ class Comparison(Sequence[Run]):
         return self._runs[key]
 
     def __str__(self) -> str:
-        labels = [_label(run, self._runs) for run in self._runs]
-        width = max(len(label) for label in labels)
-        header = f"{'':<{width}}" + "".join(f"{c:>15}" for c in self.COLUMNS)
-        lines = [header]
-        for label, run in zip(labels, self._runs, strict=True):
-            cells = (
-                format_bytes(run.peak_requested_bytes), format_bytes(run.peak_reserved_bytes), str(run.ooms),
-                str(run.device_allocs), str(run.device_frees), format_bytes(run.stranded_bytes),
-            )  # fmt: skip
-            lines.append(f"{label:<{width}}" + "".join(f"{c:>15}" for c in cells))
-        return "\n".join(lines)
+        """The runs as a plain-text table (:func:`~memviz.tables.format_table`), one row per run."""
+        rows = [("", *self.COLUMNS)]
+        for run in self._runs:
+            rows.append((
+                _label(run, self._runs), format_bytes(run.peak_requested_bytes), format_bytes(run.peak_reserved_bytes),
+                str(run.ooms), str(run.device_allocs), str(run.device_frees), format_bytes(run.stranded_bytes),
+            ))  # fmt: skip
+        return format_table(rows)
 
     def __repr__(self) -> str:
         return f"<Comparison of {len(self)} runs>"
