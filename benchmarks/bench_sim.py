@@ -27,10 +27,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from memviz.sim import CachingAllocator, Op, replay
+from memviz.sim.constants import MiB
 from memviz.sim.replay import EMPTY_CACHE, FREE, MALLOC
 
 GOLDEN = Path(__file__).resolve().parent.parent / "tests" / "data" / "golden"
-MiB = 1 << 20
 
 
 def synthetic_ops(n: int, seed: int = 0) -> list[Op]:

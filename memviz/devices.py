@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memviz.units import format_bytes, parse_size
+from memviz.units import GiB, format_bytes, parse_size
 
 __all__ = ["PRESETS", "SimulatedDevice", "simulated_device"]
-
-GiB = 1 << 30
 
 
 @dataclass(frozen=True)

@@ -24,16 +24,20 @@ from numbers import Integral
 
 from memviz.errors import InputError
 from memviz.sim import format_size  # bytes as PyTorch's OOM message prints them
+from memviz.sim.constants import MiB
 
-__all__ = ["MAX_BYTES", "SizeError", "format_bytes", "format_size", "parse_size"]
+__all__ = ["MAX_BYTES", "GiB", "KiB", "MiB", "SizeError", "TiB", "format_bytes", "format_size", "parse_size"]
 
 MAX_BYTES = (1 << 63) - 1  # a size must fit in int64, as it does for torch
 
-_UNITS = {
-    "b": 1, "byte": 1, "bytes": 1,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
-}  # fmt: skip
+KiB = MiB >> 10  # bytes in a kibibyte (MiB is the allocator's kMB, memviz.sim.constants)
+GiB = MiB << 10  # bytes in a gibibyte
+TiB = GiB << 10  # bytes in a tebibyte
+
+_DECIMAL_UNITS = (("KB", 10**3), ("MB", 10**6), ("GB", 10**9), ("TB", 10**12))
+_BINARY_UNITS = (("KiB", KiB), ("MiB", MiB), ("GiB", GiB), ("TiB", TiB))
+_UNITS = {"b": 1, "byte": 1, "bytes": 1, **{unit.lower(): scale for unit, scale in _DECIMAL_UNITS + _BINARY_UNITS}}
+_KNOWN_UNITS = ", ".join(["B", *(unit for unit, _ in _DECIMAL_UNITS + _BINARY_UNITS)])  # for error messages
 _DIGITS = r"(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+(?:_[0-9]+)*)"  # 1,000,000 or 1_000_000 or 1000000
 _SIZE_RE = re.compile(rf"^\s*({_DIGITS}(?:\.[0-9]+)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?\s*([A-Za-z]*)\s*$")
 
@@ -86,8 +90,7 @@ def _parse_size_string(text: str) -> int:
     number, exponent, unit = match.groups()
     unit_key = unit.lower() or "b"
     if unit_key not in _UNITS:
-        known = "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB"
-        raise SizeError(f"unknown unit {unit!r} in {text!r}; known units: {known}")
+        raise SizeError(f"unknown unit {unit!r} in {text!r}; known units: {_KNOWN_UNITS}")
     # Exact decimal arithmetic: "1.5GB" is exactly 1_500_000_000 bytes.
     whole, _, frac = number.replace("_", "").replace(",", "").partition(".")
     numerator = int(whole or "0") * 10 ** len(frac) + int(frac or "0")
@@ -112,7 +115,7 @@ def format_bytes(nbytes: int) -> str:
     """
     sign = "-" if nbytes < 0 else ""
     value = abs(nbytes)
-    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+    for unit, scale in reversed(_BINARY_UNITS):
         if value >= scale:
             return f"{sign}{value / scale:.2f} {unit}"
     return f"{sign}{value} B"

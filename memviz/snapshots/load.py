@@ -38,6 +38,8 @@ import struct
 from collections.abc import Mapping
 from typing import IO, Any
 
+from memviz.sim.constants import SMALL_BUFFER
+
 from ._pickle_scan import PickleScan
 from .errors import SnapshotError
 
@@ -75,7 +77,6 @@ _PLAIN_SCALARS = (str, int, float, bool, type(None))
 _SCALAR_TYPES = frozenset(_PLAIN_SCALARS)
 _CONTAINER_TYPES = frozenset((dict, list, tuple))
 _LEAF_TYPES = _SCALAR_TYPES | _CONTAINER_TYPES
-_SMALL_BUFFER = 2 * 1024 * 1024  # bytes: a small-pool segment (kSmallBuffer)
 _EVENT_INTS = ("time_us", "stream", "device_free")  # optional int fields of a trace event
 _ABSENT = object()
 _TORCH_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C  # the first pickle of a non-zip torch.save() file
@@ -432,7 +433,7 @@ def _segment(seg: Any, where: str, once: _Once, owned: bool) -> dict[str, Any]:
     out = seg if owned else dict(seg)
     out["stream"] = _int(seg, "stream", where, default=0)
     out["device"] = _int(seg, "device", where, default=0)
-    kind = seg.get("segment_type", "small" if total <= _SMALL_BUFFER else "large")
+    kind = seg.get("segment_type", "small" if total <= SMALL_BUFFER else "large")
     if kind not in ("small", "large"):
         raise SnapshotError(f"{where}: 'segment_type' must be 'small' or 'large', got {_show(kind)}")
     out["segment_type"] = kind
