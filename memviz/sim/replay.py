@@ -1,8 +1,10 @@
 """Replay a sequence of allocator ops: the one loop behind every what-if, benchmark and golden check.
 
 An :class:`Op` is one call a program makes on the allocator: ``malloc`` (with the key the program
-uses to free it later), ``free`` (of a key), ``empty_cache``, or ``probe`` (a ``malloc`` that is
-freed at once: a recorded OOM request retried, to see whether it would fit). :func:`replay` runs ops
+uses to free it later), ``free`` (of a key), ``empty_cache`` (of every pool, or of one private pool), or
+``probe`` (a ``malloc`` that is freed at once: a recorded OOM request retried, to see whether it would
+fit); and the private-pool calls torch's graphs and ``MemPool`` make: ``begin_allocate_to_pool``,
+``end_allocate_to_pool``, ``release_pool``. :func:`replay` runs ops
 through any :class:`~memviz.sim.CachingAllocator` and maps keys to the addresses it hands out, so a
 trace recorded on one allocator (real or simulated) replays on another whatever addresses either uses.
 
@@ -28,12 +30,13 @@ from memviz.errors import InputError, OutOfMemoryError
 if TYPE_CHECKING:
     from .allocator import CachingAllocator
 
-__all__ = ["EMPTY_CACHE", "FREE", "FREE_COMPLETED", "FREE_REQUESTED", "MALLOC", "OP_KINDS", "PROBE",
-           "REPLAY_WAIT_STREAM", "Op", "ReplayOutcome", "replay"]
+__all__ = ["BEGIN_POOL", "EMPTY_CACHE", "END_POOL", "FREE", "FREE_COMPLETED", "FREE_REQUESTED", "MALLOC", "OP_KINDS",
+           "PROBE", "RELEASE_POOL", "REPLAY_WAIT_STREAM", "Op", "ReplayOutcome", "replay"]
 
 MALLOC, FREE, EMPTY_CACHE, PROBE = "malloc", "free", "empty_cache", "probe"
 FREE_REQUESTED, FREE_COMPLETED = "free_requested", "free_completed"
-OP_KINDS = (MALLOC, FREE, EMPTY_CACHE, PROBE, FREE_REQUESTED, FREE_COMPLETED)
+BEGIN_POOL, END_POOL, RELEASE_POOL = "begin_allocate_to_pool", "end_allocate_to_pool", "release_pool"
+OP_KINDS = (MALLOC, FREE, EMPTY_CACHE, PROBE, FREE_REQUESTED, FREE_COMPLETED, BEGIN_POOL, END_POOL, RELEASE_POOL)
 #: the stream a replayed ``free_requested`` is recorded on: the recording says that the free waited on
 #: another stream's work, not on which
 REPLAY_WAIT_STREAM = 1 << 62
@@ -45,9 +48,13 @@ class Op(NamedTuple):
     Attributes:
         kind: ``"malloc"``, ``"free"``, ``"empty_cache"``, ``"probe"`` (:data:`OP_KINDS`), or a free that
             waited on other streams' events: ``"free_requested"`` (the tensor dies; its block stays active
-            until) ``"free_completed"`` of the same key.
+            until) ``"free_completed"`` of the same key; or a private-pool call (key: the pool id):
+            ``"begin_allocate_to_pool"`` (every malloc after it goes to that pool, which it makes or adds a
+            user to), ``"end_allocate_to_pool"``, ``"release_pool"`` (drops one user).
         key: names the allocation: a ``malloc``'s key is what a later ``free`` gives (None: the
-            allocation is never freed by the workload, e.g. a request that ran out of memory).
+            allocation is never freed by the workload, e.g. a request that ran out of memory). For
+            ``empty_cache``: None (every pool, ``torch.cuda.empty_cache()``) or a private pool's id
+            (``emptyCache(mempool_id)``, what deleting a ``MemPool`` runs); for the pool calls, the pool id.
         size_bytes: the request of a ``malloc`` or ``probe``, unrounded (0 for the other kinds).
         stream: the stream a ``malloc`` or ``probe`` runs on (default 0, the default stream; a recorded
             trace entry's ``stream``).
@@ -56,7 +63,7 @@ class Op(NamedTuple):
     """
 
     kind: str
-    key: int | None = None
+    key: int | tuple[int, int] | None = None
     size_bytes: int = 0
     stream: int = 0
 
@@ -96,7 +103,8 @@ def replay(ops: Iterable[Op], allocator: CachingAllocator,
             None). Read the allocator's state from there; an exception it raises stops the replay.
 
     Raises:
-        InputError: an op of an unknown kind (the ops before it have run).
+        InputError: an op of an unknown kind, or a pool call the allocator refuses (a pool not in use, one
+            already allocated to); the ops before it have run.
 
     Runtime complexity: one allocator call per op, plus O(1) bookkeeping.
     """
@@ -127,7 +135,10 @@ def replay(ops: Iterable[Op], allocator: CachingAllocator,
                 free(address)
         elif kind == "empty_cache":
             oom = None
-            empty_cache()
+            if key is None:
+                empty_cache()
+            else:
+                allocator.empty_pool_cache(key)
         elif kind == "free_requested":
             oom = None
             address = live.pop(key, None)
@@ -148,6 +159,15 @@ def replay(ops: Iterable[Op], allocator: CachingAllocator,
                 oom_steps.append(step)
             else:
                 oom, last_ok = None, True
+        elif kind == "begin_allocate_to_pool":
+            oom = None
+            allocator.begin_allocate_to_pool(key)
+        elif kind == "end_allocate_to_pool":
+            oom = None
+            allocator.end_allocate_to_pool(key)
+        elif kind == "release_pool":
+            oom = None
+            allocator.release_pool(key)
         else:
             raise InputError(f"ops[{step}]: kind {kind!r} is not an op kind; use one of {', '.join(OP_KINDS)}")
         if on_step is not None:

@@ -19,7 +19,7 @@ All sizes and addresses are bytes. Event ``i`` is ``device_traces[device][i]``; 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,7 @@ from memviz.errors import SnapshotError
 from memviz.sim.constants import SMALL_BUFFER, SMALL_SIZE
 from memviz.sim.limits import INT64_MAX, check_index
 
+from .history_pools import PoolAssignment, assign_pools
 from .load import TRACE_ACTIONS, load_snapshot
 from .progress import progress_bar
 from .settings import RecordedSettings, settings_from_snapshot
@@ -106,6 +107,8 @@ class SnapshotHistory:
         device: which device's trace to use (default: 0).
         progress: show a ``tqdm.auto`` bar while playing forward; None shows one for traces of
             50,000 events or more (default: None).
+        earlier_snapshots: snapshots taken earlier in the same run (paths, dicts, ...), whose segments
+            name the private pool of segments gone by the end (:attr:`pools`; default: none).
 
     Runtime complexity: O(n·b) to build for n events and b blocks per segment; :meth:`state_at` replays
     at most 2048 events from the nearest stored state.
@@ -117,8 +120,11 @@ class SnapshotHistory:
     ([1024, 2096128], 1024)
     """
 
-    def __init__(self, snapshot: Any, device: int = 0, *, progress: bool | None = None) -> None:
+    def __init__(self, snapshot: Any, device: int = 0, *, progress: bool | None = None,
+                 earlier_snapshots: Iterable[Any] = ()) -> None:
         device = check_index(device, "device", high=INT64_MAX, what="(a CUDA device index)")
+        self._earlier = list(earlier_snapshots)
+        self._pools: PoolAssignment | None = None
         self.snapshot: dict[str, Any] = load_snapshot(snapshot)
         self.device = device
         traces = self.snapshot["device_traces"]
@@ -140,6 +146,13 @@ class SnapshotHistory:
 
     def __len__(self) -> int:
         return len(self.events)
+
+    @property
+    def pools(self) -> PoolAssignment:
+        """The private pool of every allocation and segment event (:func:`~.history_pools.assign_pools`)."""
+        if self._pools is None:
+            self._pools = assign_pools(self, self._earlier)
+        return self._pools
 
     # ------------------------------------------------------------------------------------------
     # Backwards: the state before the first event

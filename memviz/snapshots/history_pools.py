@@ -1,0 +1,267 @@
+"""Which private pool every segment of a recorded trace belonged to (CUDA graphs, ``MemPool``).
+
+torch's trace entries name no pool; only a snapshot's ``segments`` do (``segment_pool_id``: ``(0, 0)`` the
+device's own pools, ``(n, 0)`` a graph's pool, ``(0, n)`` a ``MemPool`` or ``graph_pool_handle()``).
+:func:`assign_pools` follows every segment through the trace — a ``segment_alloc`` starts one, a
+``segment_free`` ends it; an expandable segment's ``segment_map`` ranges that touch on one stream are one
+segment — and names its pool from the segments of the final snapshot and of any earlier snapshot of the
+same recording (a snapshot whose trace is a prefix of this one, e.g. one taken after each phase of a
+program). A segment gone before every snapshot that was given has no recorded pool: it takes the pool of
+the nearest allocations on its stream (before and after its first one) that have one, when they agree,
+else the device's own (``(0, 0)``); :attr:`PoolAssignment.inferred` counts them.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right, insort
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from memviz.sim.pools import DEFAULT_POOL, PoolId
+
+from .load import load_snapshot
+
+if TYPE_CHECKING:
+    from .history import SnapshotHistory
+
+__all__ = ["PoolAssignment", "assign_pools"]
+
+
+@dataclass
+class PoolAssignment:
+    """The pool of each allocation and segment event of a trace.
+
+    Attributes:
+        alloc_pool: event index of every ``alloc`` → the pool its block lies in.
+        segment_pool: event index of every ``segment_alloc`` / ``segment_free`` / ``segment_map`` /
+            ``segment_unmap`` → the pool of that segment.
+        initial_pool: address of every block live before the first event → its pool.
+        segments: segments followed (each ``segment_alloc``, each expandable segment, each present at the start).
+        inferred: those whose pool no snapshot recorded (see the module docstring).
+        private: whether any segment is in a private pool.
+    """
+
+    alloc_pool: dict[int, PoolId]
+    segment_pool: dict[int, PoolId]
+    initial_pool: dict[int, PoolId]
+    segments: int
+    inferred: int
+
+    @property
+    def private(self) -> bool:
+        return any(p != DEFAULT_POOL for p in (*self.alloc_pool.values(), *self.segment_pool.values(),
+                                               *self.initial_pool.values()))
+
+
+class _Ranges:
+    """Live address ranges ``[start, end)`` (segments, or mapped ranges of expandable ones), each with a segment id."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.rows: dict[int, list[Any]] = {}  # start -> [end, segment id, stream, expandable]
+
+    def add(self, start: int, end: int, sid: int, stream: int, expandable: bool) -> None:
+        if start in self.rows:
+            self.remove(start)
+        insort(self.starts, start)
+        self.rows[start] = [end, sid, stream, expandable]
+
+    def remove(self, start: int) -> None:
+        del self.rows[start]
+        self.starts.pop(bisect_right(self.starts, start) - 1)
+
+    def at(self, addr: int) -> int | None:
+        """The start of the range holding ``addr``, or None."""
+        k = bisect_right(self.starts, addr) - 1
+        if k < 0:
+            return None
+        start = self.starts[k]
+        return start if addr < self.rows[start][0] else None
+
+
+class _Segments:
+    """Segment ids with a union-find (touching mapped ranges of one expandable segment become one id)."""
+
+    def __init__(self) -> None:
+        self.parent: list[int] = []
+        self.pool: list[PoolId | None] = []
+        self.stream: list[int] = []
+
+    def new(self, stream: int) -> int:
+        self.parent.append(len(self.parent))
+        self.pool.append(None)
+        self.stream.append(stream)
+        return len(self.parent) - 1
+
+    def find(self, sid: int) -> int:
+        parent = self.parent
+        while parent[sid] != sid:
+            parent[sid] = parent[parent[sid]]
+            sid = parent[sid]
+        return sid
+
+    def union(self, a: int, b: int) -> int:
+        a, b = self.find(a), self.find(b)
+        if a != b:
+            self.parent[b] = a
+            if self.pool[a] is None:
+                self.pool[a] = self.pool[b]
+        return a
+
+    def name(self, sid: int, pool: PoolId) -> None:
+        root = self.find(sid)
+        if self.pool[root] is None:
+            self.pool[root] = pool
+
+
+def _pool_id(segment: Mapping[str, Any]) -> PoolId:
+    raw = segment.get("segment_pool_id") or DEFAULT_POOL
+    return (int(raw[0]), int(raw[1]))
+
+
+def _prefix_hints(events: Sequence[Mapping[str, Any]], device: int, snapshots: Iterable[Any]) -> dict[int, list]:
+    """Earlier snapshots of the same recording, by the number of events their trace holds (segments of the device)."""
+    hints: dict[int, list] = {}
+    for snap in snapshots:
+        snap = load_snapshot(snap)
+        traces = snap.get("device_traces") or []
+        trace = traces[device] if device < len(traces) else []
+        n = len(trace)
+        if n > len(events) or any(trace[k].get("action") != events[k].get("action")
+                                  or trace[k].get("addr") != events[k].get("addr") for k in (0, n - 1) if n):
+            continue  # not a prefix of this trace (another run, or a trace that wrapped around)
+        hints.setdefault(n, []).extend(s for s in snap.get("segments", []) if s.get("device", 0) == device)
+    return hints
+
+
+def assign_pools(history: SnapshotHistory, snapshots: Iterable[Any] = ()) -> PoolAssignment:
+    """Name the pool of every allocation and segment event of ``history`` (see the module docstring).
+
+    Args:
+        history: the recording.
+        snapshots: earlier snapshots of the same recording (paths, dicts, anything
+            :func:`~memviz.snapshots.load_snapshot` takes); one whose trace is not a prefix of this trace is
+            ignored (default: none).
+
+    Runtime complexity: O(n log s) for n events and s live segments.
+    """
+    events = history.events
+    hints = _prefix_hints(events, history.device, snapshots)
+    segs = _Segments()
+    ranges = _Ranges()
+    initial_sid: dict[int, int] = {}
+    for fs in history._initial[0]:
+        sid = segs.new(fs.stream)
+        ranges.add(fs.addr, fs.addr + fs.size, sid, fs.stream, fs.expandable)
+        for b in fs.blocks:
+            initial_sid[b.addr] = sid
+    alloc_sid: dict[int, int] = {}
+    segment_sid: dict[int, int] = {}
+
+    def name_from(segments: list) -> None:
+        for s in segments:
+            start = ranges.at(s["address"])
+            if start is not None:
+                segs.name(ranges.rows[start][1], _pool_id(s))
+
+    if 0 in hints:
+        name_from(hints[0])
+    for i, e in enumerate(events):
+        action = e.get("action")
+        if action == "alloc":
+            start = ranges.at(e["addr"])
+            if start is not None:
+                alloc_sid[i] = ranges.rows[start][1]
+        elif action == "segment_alloc":
+            sid = segment_sid[i] = segs.new(e.get("stream", 0))
+            ranges.add(e["addr"], e["addr"] + e["size"], sid, e.get("stream", 0), False)
+        elif action == "segment_free":
+            if e["addr"] in ranges.rows:
+                segment_sid[i] = ranges.rows[e["addr"]][1]
+                ranges.remove(e["addr"])
+        elif action == "segment_map":
+            segment_sid[i] = _map(segs, ranges, e["addr"], e["addr"] + e["size"], e.get("stream", 0))
+        elif action == "segment_unmap":
+            sid = _unmap(ranges, e["addr"], e["addr"] + e["size"])
+            if sid is not None:
+                segment_sid[i] = sid
+        if i + 1 in hints:
+            name_from(hints[i + 1])
+    name_from(history.final_segments)
+    inferred = _infer(segs, events, alloc_sid)
+
+    def pool_of(sid: int) -> PoolId:
+        return segs.pool[segs.find(sid)] or DEFAULT_POOL
+
+    return PoolAssignment(
+        alloc_pool={i: pool_of(s) for i, s in alloc_sid.items()},
+        segment_pool={i: pool_of(s) for i, s in segment_sid.items()},
+        initial_pool={addr: pool_of(s) for addr, s in initial_sid.items()},
+        segments=sum(1 for k in range(len(segs.parent)) if segs.find(k) == k),
+        inferred=inferred,
+    )
+
+
+def _map(segs: _Segments, ranges: _Ranges, start: int, end: int, stream: int) -> int:
+    """Map ``[start, end)``: joins the expandable range of ``stream`` it touches on either side (one segment)."""
+    sid = None
+    before = ranges.at(start - 1) if start else None
+    if before is not None:
+        row = ranges.rows[before]
+        if row[3] and row[2] == stream and row[0] == start:
+            sid = row[1]
+            ranges.remove(before)
+            start = before
+    after = ranges.rows.get(end)
+    if after is not None and after[3] and after[2] == stream:
+        sid = after[1] if sid is None else segs.union(sid, after[1])
+        ranges.remove(end)
+        end = after[0]
+    if sid is None:
+        sid = segs.new(stream)
+    ranges.add(start, end, segs.find(sid), stream, True)
+    return sid
+
+
+def _unmap(ranges: _Ranges, start: int, end: int) -> int | None:
+    """Unmap ``[start, end)`` from the mapped range holding it (split in two when inside); its segment id."""
+    at = ranges.at(start)
+    if at is None:
+        return None
+    r_end, sid, stream, expandable = ranges.rows[at]
+    ranges.remove(at)
+    if at < start:
+        ranges.add(at, start, sid, stream, expandable)
+    if end < r_end:
+        ranges.add(end, r_end, sid, stream, expandable)
+    return sid
+
+
+def _infer(segs: _Segments, events: Sequence[Mapping[str, Any]], alloc_sid: dict[int, int]) -> int:
+    """Give each segment no snapshot named the pool of the nearest named allocations on its stream; count them."""
+    order = sorted(alloc_sid)
+    by_stream: dict[int, list[tuple[int, int]]] = {}  # stream -> (event index, segment root) of its allocs
+    first: dict[int, int] = {}  # segment root -> position of its first alloc in its stream's list
+    for i in order:
+        root = segs.find(alloc_sid[i])
+        lst = by_stream.setdefault(events[i].get("stream", 0), [])
+        first.setdefault(root, len(lst))
+        lst.append((i, root))
+    unknown = [k for k in range(len(segs.parent)) if segs.find(k) == k and segs.pool[k] is None]
+    roots_stream = {root: stream for stream, lst in by_stream.items() for _, root in lst}
+    guesses: dict[int, PoolId] = {}
+    for root in unknown:
+        if root not in first:
+            continue  # never allocated from: the device's own
+        lst = by_stream[roots_stream[root]]
+        k = first[root]
+        before = next((segs.pool[r] for _, r in reversed(lst[:k]) if segs.pool[r] is not None), None)
+        after = next((segs.pool[r] for _, r in lst[k + 1:] if segs.pool[r] is not None), None)
+        if before is not None and (after is None or after == before):
+            guesses[root] = before
+        elif before is None and after is not None:
+            guesses[root] = after
+    for root in unknown:
+        segs.pool[root] = guesses.get(root, DEFAULT_POOL)
+    return len(unknown)
