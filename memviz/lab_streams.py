@@ -291,6 +291,15 @@ class StreamActions:
         del self._pools[graph.pool].holders[name]
         return self._record("delete_graph", True, (), 0, f"del {name}", before)
 
+    def let_go(self) -> list[Event]:
+        """End a capture underway, delete every live graph and release every live ``MemPool``: what the
+        dashboard's "new lab" does to the old lab on a GPU, where the next lab shares the device. Returns the
+        events, in order."""
+        events = [self.end_capture()] if self._capturing is not None else []
+        events += [self.delete_graph(name) for name, graph in self._graphs.items() if graph.alive]
+        events += [self.release_pool(name) for name in list(self._pool_handles)]
+        return events
+
     # -- internals -----------------------------------------------------------------------------------
 
     def _known_streams(self) -> dict[str, LabStream]:

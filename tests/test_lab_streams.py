@@ -285,3 +285,18 @@ def test_a_backend_without_streams_says_so():
     for call in (lambda b: b.new_stream(), lambda b: b.new_pool(), lambda b: b.begin_capture(None)):
         with pytest.raises(InputError, match="the Plain backend has no"):
             call(Plain())
+
+
+def test_let_go_ends_the_capture_deletes_the_graphs_and_releases_the_pools():
+    lab = sim_lab()
+    lab.new_pool("p")
+    lab.allocate("8 MiB", name="a", pool="p")
+    with lab.capture("g1"):
+        lab.allocate("4 MiB", name="y1")
+    lab.begin_capture("g2", pool="g1")
+    actions = [e.action for e in lab.let_go()]
+    assert actions == ["end_capture", "delete_graph", "delete_graph", "release_pool"]
+    assert lab.capturing is None and not any(p.held for p in lab.pools.values())
+    lab.free_all()
+    assert lab.empty_cache().reserved_bytes == 0
+    assert lab.let_go() == []

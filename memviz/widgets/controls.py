@@ -185,7 +185,8 @@ class Controls(Piece):
         lab = Lab(**self.lab_settings())  # a bad config raises here, and nothing changes
         old = self.lab
         old.free_all()
-        if old.backend.kind == "cuda":
+        if old.backend.kind == "cuda":  # the next lab shares the device: give it an empty cache
+            old.let_go()
             old.empty_cache()
         self._set_status(f"new lab: {lab.describe()}")
         if self.on_new_lab is not None:
