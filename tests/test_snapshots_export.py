@@ -18,9 +18,9 @@ from memviz.snapshots import (  # noqa: E402
     replay,
     to_snapshot,
 )
+from memviz.units import MiB  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "snapshots"
-MiB = 1 << 20
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from memviz.snapshots import SnapshotError, SnapshotHistory, check_fidelity, replay, what_if
+from memviz.units import GiB, MiB
 
 DATA = Path(__file__).parent / "data" / "snapshots"
 WORKLOAD = DATA / "workload"
-MiB = 1 << 20
 
 
 def _figures(name: str) -> dict:
@@ -30,7 +30,7 @@ def history() -> SnapshotHistory:
 def cap_bytes() -> int:
     cap = _figures("default")["cap_GiB"]  # set_per_process_memory_fraction(cap / total) in the real run
     assert _figures("expandable")["cap_GiB"] == cap
-    return int(cap * (1 << 30))
+    return int(cap * GiB)
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from memviz.snapshots import SnapshotHistory, replay
+from memviz.units import GiB, MiB
 
 WORKLOAD = Path(__file__).parent / "data" / "snapshots" / "workload"
-MiB = 1 << 20
 GC_CONF = "garbage_collection_threshold:0.7,max_split_size_mb:128"
 
 
@@ -29,7 +29,7 @@ def history() -> SnapshotHistory:
 @pytest.fixture(scope="module")
 def cap_bytes() -> int:
     cap = json.loads((WORKLOAD / "default.json").read_text())["cap_GiB"]
-    return int(cap * (1 << 30))
+    return int(cap * GiB)
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memviz.units import MAX_BYTES, SizeError, format_bytes, format_size, parse_size
+from memviz.sim.constants import MiB as ALLOCATOR_MiB
+from memviz.units import MAX_BYTES, GiB, KiB, MiB, SizeError, TiB, format_bytes, format_size, parse_size
 
 
 @pytest.mark.parametrize(
@@ -98,3 +99,12 @@ def test_any_text_is_bytes_or_a_size_error(text):
     except SizeError:
         return
     assert isinstance(n, int) and 1 <= n <= MAX_BYTES
+
+
+def test_unit_constants_are_the_parser_and_printer_scales():
+    assert (KiB, MiB, GiB, TiB) == (2**10, 2**20, 2**30, 2**40) and MiB is ALLOCATOR_MiB
+    for name, scale in (("KiB", KiB), ("MiB", MiB), ("GiB", GiB), ("TiB", TiB)):
+        assert parse_size(f"3 {name}") == parse_size(f"3 {name.upper()}") == 3 * scale
+        assert format_bytes(3 * scale) == f"3.00 {name}"
+    with pytest.raises(SizeError, match=r"known units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB$"):
+        parse_size("3 PiB")
