@@ -16,9 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .programs import PROGRAMS
+from . import heldout, programs
 
-__all__ = ["DATA_DIR", "MaxBatchRow", "RunRow", "compare_max_batch", "compare_run", "load_max_batch", "load_runs"]
+PROGRAMS = {**programs.PROGRAMS, **heldout.PROGRAMS}
+"""Every recorded program by name: :mod:`memviz.predict.programs`' and the held-out ones."""
+
+HELDOUT_PREFIX = "ho-"
+"""Ids of held-out runs and searches (programs or sizes the predictor was never fitted on) start so."""
+
+__all__ = ["DATA_DIR", "HELDOUT_PREFIX", "PROGRAMS", "MaxBatchRow", "RunRow", "compare_max_batch", "compare_run",
+           "load_max_batch", "load_runs", "summarize"]
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "tests" / "data" / "fit"
 """Where the recordings are (a source checkout's ``tests/data/fit``)."""
@@ -142,7 +149,8 @@ def markdown(rows: list[RunRow], searches: list[MaxBatchRow]) -> str:
     lines = ["| run | cap | config | real fits | predicted | peak allocated MiB (real) | error | "
              "peak reserved MiB (real) | error | seconds |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r.run_id} | {r.cap_bytes / 2**30:.0f} GiB | {r.alloc_conf or 'default'} | "
+        cap = f"{r.cap_bytes >> 30} GiB" if r.cap_bytes % 2**30 == 0 else f"{r.cap_bytes / 2**20:.0f} MiB"
+        lines.append(f"| {r.run_id} | {cap} | {r.alloc_conf or 'default'} | "
                      f"{'fits' if r.real_fits else 'OOM'} | {'fits' if r.predicted_fits else 'OOM'} | "
                      f"{r.real_allocated_bytes / 2**20:.1f} | {_pct(r.allocated_error)} | "
                      f"{r.real_reserved_bytes / 2**20:.0f} | {_pct(r.reserved_error)} | {r.seconds:.1f} |")
@@ -150,18 +158,36 @@ def markdown(rows: list[RunRow], searches: list[MaxBatchRow]) -> str:
         lines += ["", "| search | real largest batch | predicted | error | seconds |", "|---|---|---|---|---|"]
         for s in searches:
             lines.append(f"| {s.search_id} | {s.real} | {s.predicted} | {_pct(s.error)} | {s.seconds:.0f} |")
-    figures = summarize(rows, searches)
-    lines += ["", "| figure | value |", "|---|---|"]
-    lines += [f"| {k} | {v * 100:.2f}% |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in figures.items()]
+    groups = {"all": (rows, searches),
+              "fitted": ([r for r in rows if not _held(r.run_id)], [s for s in searches if not _held(s.search_id)]),
+              "held-out": ([r for r in rows if _held(r.run_id)], [s for s in searches if _held(s.search_id)])}
+    groups = {k: v for k, v in groups.items() if v[0]}
+    figures = {k: summarize(*v) for k, v in groups.items()}
+    lines += ["", "| figure | " + " | ".join(figures) + " |", "|---" * (len(figures) + 1) + "|"]
+    for key in figures["all"]:
+        cells = [figures[g].get(key) for g in figures]
+        lines.append(f"| {key} | " + " | ".join("" if v is None else f"{v * 100:.2f}%" if isinstance(v, float)
+                                               else str(v) for v in cells) + " |")
     return "\n".join(lines)
+
+
+def _held(run_id: str) -> bool:
+    return run_id.startswith(HELDOUT_PREFIX)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", default=None, help="run ids containing any of these")
     parser.add_argument("--no-max-batch", action="store_true", help="skip the largest-batch searches")
+    parser.add_argument("--heldout", choices=("with", "only", "without"), default="with",
+                        help="the held-out runs (ids starting 'ho-') too, only, or not")
     args = parser.parse_args(argv)
-    runs = [r for r in load_runs() if not args.only or any(o in r["id"] for o in args.only)]
+    def wanted(run_id: str) -> bool:
+        if args.heldout != "with" and _held(run_id) != (args.heldout == "only"):
+            return False
+        return not args.only or any(o in run_id for o in args.only)
+
+    runs = [r for r in load_runs() if wanted(r["id"])]
     rows = []
     for run in runs:
         rows.append(compare_run(run))
@@ -171,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
     searches = []
     if not args.no_max_batch:
         for s in load_max_batch():
-            if not args.only or any(o in s["id"] for o in args.only):
+            if wanted(s["id"]):
                 searches.append(compare_max_batch(s))
                 print(f"{s['id']}: {searches[-1].real} real, {searches[-1].predicted} predicted", flush=True)
     print()
