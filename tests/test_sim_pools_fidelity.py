@@ -210,3 +210,27 @@ def test_pools_come_from_earlier_snapshots() -> None:
     assert with_phases.inferred == 0
     assert alone.inferred == alone.segments == with_phases.segments
     assert not check_fidelity(SnapshotHistory(final), progress=False).exact
+
+
+def allocator_settings(a: CachingAllocator, phase: Callable[[str], None]) -> None:
+    for conf in ("max_split_size_mb:64", "roundup_power2_divisions:4", "expandable_segments:True",
+                 "max_split_size_mb:40", ""):
+        a.set_allocator_settings(conf)
+        held = [a.malloc(21 * MiB + 1), a.malloc(3 * MiB), a.malloc(70 * MiB)]
+        a.free(held[1])
+        phase(f"_set_allocator_settings({conf!r})")
+        for p in held[::2]:
+            a.free(p)
+        a.empty_cache()
+        phase("freed, empty_cache")
+
+
+@pytest.mark.parametrize("conf", CONFIGS)
+def test_settings_changed_between_snapshots_replay_exactly(conf: str) -> None:
+    """``_set_allocator_settings`` calls show only in the settings of the snapshots around them."""
+    a, snapshots = _record(allocator_settings, conf)
+    final = a.snapshot()
+    report = check_fidelity(SnapshotHistory(final, earlier_snapshots=snapshots), device_total_bytes=TOTAL,
+                            progress=False)
+    assert report.exact, report.describe()
+    assert not check_fidelity(SnapshotHistory(final), device_total_bytes=TOTAL, progress=False).exact

@@ -3,10 +3,11 @@
 An :class:`Op` is one call a program makes on the allocator: ``malloc`` (with the key the program
 uses to free it later), ``free`` (of a key), ``empty_cache`` (of every pool, or of one private pool), or
 ``probe`` (a ``malloc`` that is freed at once: a recorded OOM request retried, to see whether it would
-fit); and the private-pool calls torch's graphs and ``MemPool`` make: ``begin_allocate_to_pool``,
-``end_allocate_to_pool``, ``release_pool``. :func:`replay` runs ops
-through any :class:`~memviz.sim.CachingAllocator` and maps keys to the addresses it hands out, so a
-trace recorded on one allocator (real or simulated) replays on another whatever addresses either uses.
+fit); the private-pool calls torch's graphs and ``MemPool`` make: ``begin_allocate_to_pool``,
+``end_allocate_to_pool``, ``release_pool``; and ``set_allocator_settings`` (``_set_allocator_settings``).
+:func:`replay` runs ops through any :class:`~memviz.sim.CachingAllocator` and maps keys to the addresses it
+hands out, so a trace recorded on one allocator (real or simulated) replays on another whatever addresses
+either uses.
 
 This is the stable, public way to drive the simulator with a workload (``memviz.oom``,
 ``memviz.snapshots.whatif``, the predictor, ``benchmarks/bench_sim.py`` and the golden tests use it)::
@@ -31,12 +32,14 @@ if TYPE_CHECKING:
     from .allocator import CachingAllocator
 
 __all__ = ["BEGIN_POOL", "EMPTY_CACHE", "END_POOL", "FREE", "FREE_COMPLETED", "FREE_REQUESTED", "MALLOC", "OP_KINDS",
-           "PROBE", "RELEASE_POOL", "REPLAY_WAIT_STREAM", "Op", "ReplayOutcome", "replay"]
+           "PROBE", "RELEASE_POOL", "REPLAY_WAIT_STREAM", "SET_SETTINGS", "Op", "ReplayOutcome", "replay"]
 
 MALLOC, FREE, EMPTY_CACHE, PROBE = "malloc", "free", "empty_cache", "probe"
 FREE_REQUESTED, FREE_COMPLETED = "free_requested", "free_completed"
 BEGIN_POOL, END_POOL, RELEASE_POOL = "begin_allocate_to_pool", "end_allocate_to_pool", "release_pool"
-OP_KINDS = (MALLOC, FREE, EMPTY_CACHE, PROBE, FREE_REQUESTED, FREE_COMPLETED, BEGIN_POOL, END_POOL, RELEASE_POOL)
+SET_SETTINGS = "set_allocator_settings"
+OP_KINDS = (MALLOC, FREE, EMPTY_CACHE, PROBE, FREE_REQUESTED, FREE_COMPLETED, BEGIN_POOL, END_POOL, RELEASE_POOL,
+            SET_SETTINGS)
 #: the stream a replayed ``free_requested`` is recorded on: the recording says that the free waited on
 #: another stream's work, not on which
 REPLAY_WAIT_STREAM = 1 << 62
@@ -50,7 +53,8 @@ class Op(NamedTuple):
             waited on other streams' events: ``"free_requested"`` (the tensor dies; its block stays active
             until) ``"free_completed"`` of the same key; or a private-pool call (key: the pool id):
             ``"begin_allocate_to_pool"`` (every malloc after it goes to that pool, which it makes or adds a
-            user to), ``"end_allocate_to_pool"``, ``"release_pool"`` (drops one user).
+            user to), ``"end_allocate_to_pool"``, ``"release_pool"`` (drops one user); or
+            ``"set_allocator_settings"`` (key: the settings string, as ``_set_allocator_settings`` takes it).
         key: names the allocation: a ``malloc``'s key is what a later ``free`` gives (None: the
             allocation is never freed by the workload, e.g. a request that ran out of memory). For
             ``empty_cache``: None (every pool, ``torch.cuda.empty_cache()``) or a private pool's id
@@ -63,7 +67,7 @@ class Op(NamedTuple):
     """
 
     kind: str
-    key: int | tuple[int, int] | None = None
+    key: int | tuple[int, int] | str | None = None
     size_bytes: int = 0
     stream: int = 0
 
@@ -104,7 +108,7 @@ def replay(ops: Iterable[Op], allocator: CachingAllocator,
 
     Raises:
         InputError: an op of an unknown kind, or a pool call the allocator refuses (a pool not in use, one
-            already allocated to); the ops before it have run.
+            already allocated to); AllocatorConfigError: settings it refuses; the ops before it have run.
 
     Runtime complexity: one allocator call per op, plus O(1) bookkeeping.
     """
@@ -168,6 +172,9 @@ def replay(ops: Iterable[Op], allocator: CachingAllocator,
         elif kind == "release_pool":
             oom = None
             allocator.release_pool(key)
+        elif kind == "set_allocator_settings":
+            oom = None
+            allocator.set_allocator_settings(key)
         else:
             raise InputError(f"ops[{step}]: kind {kind!r} is not an op kind; use one of {', '.join(OP_KINDS)}")
         if on_step is not None:

@@ -27,7 +27,8 @@ from memviz.errors import SnapshotError
 from memviz.sim.constants import SMALL_BUFFER, SMALL_SIZE
 from memviz.sim.limits import INT64_MAX, check_index
 
-from .history_pools import PoolAssignment, assign_pools
+from .history_pools import EarlierSnapshot, PoolAssignment, assign_pools
+from .history_pools import earlier_snapshots as earlier_snapshots_of
 from .load import TRACE_ACTIONS, load_snapshot
 from .progress import progress_bar
 from .settings import RecordedSettings, settings_from_snapshot
@@ -107,8 +108,9 @@ class SnapshotHistory:
         device: which device's trace to use (default: 0).
         progress: show a ``tqdm.auto`` bar while playing forward; None shows one for traces of
             50,000 events or more (default: None).
-        earlier_snapshots: snapshots taken earlier in the same run (paths, dicts, ...), whose segments
-            name the private pool of segments gone by the end (:attr:`pools`; default: none).
+        earlier_snapshots: snapshots taken earlier in the same run (paths, dicts, ...): their segments
+            name the private pool of segments gone by the end (:attr:`pools`), their settings the
+            ``_set_allocator_settings`` calls in between (:attr:`earlier`; default: none).
 
     Runtime complexity: O(n·b) to build for n events and b blocks per segment; :meth:`state_at` replays
     at most 2048 events from the nearest stored state.
@@ -123,7 +125,6 @@ class SnapshotHistory:
     def __init__(self, snapshot: Any, device: int = 0, *, progress: bool | None = None,
                  earlier_snapshots: Iterable[Any] = ()) -> None:
         device = check_index(device, "device", high=INT64_MAX, what="(a CUDA device index)")
-        self._earlier = list(earlier_snapshots)
         self._pools: PoolAssignment | None = None
         self.snapshot: dict[str, Any] = load_snapshot(snapshot)
         self.device = device
@@ -133,6 +134,9 @@ class SnapshotHistory:
                                 f"(pass device=0 to {len(traces) - 1})")
         self.events: list[dict[str, Any]] = traces[device] if device < len(traces) else []
         self.settings: RecordedSettings = settings_from_snapshot(self.snapshot)
+        self.earlier: list[EarlierSnapshot] = earlier_snapshots_of(self.events, device, earlier_snapshots)
+        self.settings_changes: list[tuple[int, RecordedSettings]] = self._settings_changes()
+        self._change_at = dict(self.settings_changes)
         self.final_segments: list[dict[str, Any]] = [
             s for s in self.snapshot["segments"] if s.get("device", 0) == device
         ]
@@ -147,17 +151,41 @@ class SnapshotHistory:
     def __len__(self) -> int:
         return len(self.events)
 
+    def _settings_changes(self) -> list[tuple[int, RecordedSettings]]:
+        """(event index, settings) for each ``_set_allocator_settings`` that the earlier snapshots show, in force
+        from that event on: right after the snapshot before the change (index 0: the settings recording started
+        under, when they were not the final ones). Empty when the settings never changed."""
+        earlier, final = self.earlier, self.settings
+        if all(snap.settings == final for snap in earlier):
+            return []
+        changes = [] if earlier[0].settings == final else [(0, earlier[0].settings)]
+        for k in range(1, len(earlier)):
+            if earlier[k].settings != earlier[k - 1].settings:
+                changes.append((earlier[k - 1].events + 1, earlier[k].settings))
+        if final != earlier[-1].settings:
+            changes.append((earlier[-1].events + 1, final))
+        return changes
+
+    def settings_at(self, index: int) -> RecordedSettings:
+        """The allocator options in force at event ``index`` (:attr:`settings` unless they changed at run time)."""
+        current = self.settings
+        for at, settings in self.settings_changes:
+            if at > index:
+                break
+            current = settings
+        return current
+
     @property
     def pools(self) -> PoolAssignment:
         """The private pool of every allocation and segment event (:func:`~.history_pools.assign_pools`)."""
         if self._pools is None:
-            self._pools = assign_pools(self, self._earlier)
+            self._pools = assign_pools(self)
         return self._pools
 
     # ------------------------------------------------------------------------------------------
     # Backwards: the state before the first event
     def _rebuild_initial(self) -> tuple[tuple[FrozenSegment, ...], tuple[int, int, int, int]]:
-        settings = self.settings
+        settings = self.settings_at(0)
         fixed: dict[int, _Range] = {}  # cudaMalloc segments by address
         ranges: list[_Range] = []  # mapped ranges of expandable segments
         live: dict[int, _Live] = {}  # live blocks by address
@@ -254,7 +282,7 @@ class SnapshotHistory:
     def _play(self, progress: bool | None) -> HistoryTimeline:
         events = self.events
         n = len(events)
-        st = State.thaw(self._initial, self.settings)
+        st = State.thaw(self._initial, self.settings_at(0))
         initial = {"allocated_bytes": st.allocated, "active_bytes": st.active,
                    "requested_bytes": st.requested, "reserved_bytes": st.reserved}
         allocated = array("q", bytes(8 * n))
@@ -308,7 +336,7 @@ class SnapshotHistory:
         """Pool of the first allocation after event ``i`` (to label a new expandable segment)."""
         for e in self.events[i + 1:i + 64]:
             if e.get("action") == "alloc":
-                return "small" if self.settings.round_size(e["size"]) <= SMALL_SIZE else "large"
+                return "small" if self.settings_at(i).round_size(e["size"]) <= SMALL_SIZE else "large"
         return "large"
 
     def _resolve_unknown(self, final: State) -> None:
@@ -332,7 +360,7 @@ class SnapshotHistory:
         if index == n - 1:
             return self._final_state
         c = index // _CHECKPOINT_EVERY
-        st = State.thaw(self._checkpoints[c], self.settings)
+        st = State.thaw(self._checkpoints[c], self.settings_at(c * _CHECKPOINT_EVERY))
         events = self.events
         apply = self._apply
         for i in range(c * _CHECKPOINT_EVERY, index + 1):
@@ -341,6 +369,8 @@ class SnapshotHistory:
 
     def _apply(self, st: State, i: int, e: dict[str, Any]) -> None:
         """Play trace event ``e`` (number ``i``) onto ``st``; actions that change no block are skipped."""
+        if self._change_at and i in self._change_at:
+            st.settings = self._change_at[i]
         action = e["action"]
         if action == "alloc":
             st.alloc(i, e["addr"], e["size"], e.get("frames"))
@@ -395,7 +425,7 @@ class SnapshotHistory:
 
     def initial_state(self) -> list[dict[str, Any]]:
         """Return the segments before the first event (what recording started from), like :meth:`state_at`."""
-        return self._export(State.thaw(self._initial, self.settings))
+        return self._export(State.thaw(self._initial, self.settings_at(0)))
 
     def snapshot_at(self, index: int) -> dict[str, Any]:
         """Return a full snapshot dict (segments, the events up to ``index``, settings) for export."""

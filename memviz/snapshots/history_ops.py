@@ -16,6 +16,10 @@ is released just before, unless it is allocated into later. A run that an alloca
 ``oom``) follows is that allocation's own retry or garbage collection when the replay runs under a cap
 (``allowed_bytes``) the recorded reserved bytes would have exceeded; the replay's allocator then does it itself,
 and the frees the retry completed are completed after the allocation (already done, if it retried too).
+
+Settings changed at run time (``_set_allocator_settings``) show only in the snapshots taken before and after
+(:attr:`~memviz.snapshots.SnapshotHistory.earlier`): when they differ, the replay starts under the first
+snapshot's settings and changes them right after the snapshot that preceded the change.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from memviz.sim.replay import (
     MALLOC,
     PROBE,
     RELEASE_POOL,
+    SET_SETTINGS,
 )
 
 if TYPE_CHECKING:
@@ -101,6 +106,9 @@ class _Compiler:
     def run(self) -> tuple[list[Op], list[int]]:
         history, events = self.history, self.events
         initial_pool = self.pools.initial_pool
+        changes = [(at, settings.alloc_conf()) for at, settings in history.settings_changes]
+        if changes and changes[0][0] == 0:
+            self.emit(Op(SET_SETTINGS, changes.pop(0)[1]), -1)
         for b in history.initial_blocks:
             self.enter(initial_pool.get(b.address, DEFAULT_POOL))
             self.emit(Op(MALLOC, b.address, b.requested_size, b.stream), -1)
@@ -111,6 +119,9 @@ class _Compiler:
         n = len(events)
         i = 0
         while i < n:
+            while changes and changes[0][0] <= i:
+                self.leave()
+                self.emit(Op(SET_SETTINGS, changes.pop(0)[1]), -1)
             e = events[i]
             action = e["action"]
             if action == "alloc":

@@ -16,16 +16,31 @@ from __future__ import annotations
 from bisect import bisect_right, insort
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from memviz.sim.pools import DEFAULT_POOL, PoolId
 
 from .load import load_snapshot
+from .settings import RecordedSettings, settings_from_snapshot
 
 if TYPE_CHECKING:
     from .history import SnapshotHistory
 
-__all__ = ["PoolAssignment", "assign_pools"]
+__all__ = ["EarlierSnapshot", "PoolAssignment", "assign_pools", "earlier_snapshots"]
+
+
+class EarlierSnapshot(NamedTuple):
+    """A snapshot taken earlier in the same recording: after ``events`` trace entries (its trace is that prefix).
+
+    Attributes:
+        events: how many entries its trace holds (its own ``snapshot`` entry is the next one).
+        segments: its ``segments`` of the device.
+        settings: the allocator options in force then (they change with ``_set_allocator_settings``).
+    """
+
+    events: int
+    segments: list[dict[str, Any]]
+    settings: RecordedSettings
 
 
 @dataclass
@@ -120,9 +135,12 @@ def _pool_id(segment: Mapping[str, Any]) -> PoolId:
     return (int(raw[0]), int(raw[1]))
 
 
-def _prefix_hints(events: Sequence[Mapping[str, Any]], device: int, snapshots: Iterable[Any]) -> dict[int, list]:
-    """Earlier snapshots of the same recording, by the number of events their trace holds (segments of the device)."""
-    hints: dict[int, list] = {}
+def earlier_snapshots(events: Sequence[Mapping[str, Any]], device: int,
+                      snapshots: Iterable[Any]) -> list[EarlierSnapshot]:
+    """Load ``snapshots`` (anything :func:`~memviz.snapshots.load_snapshot` takes) taken earlier in the recording
+    whose trace is ``events``, in trace order; one whose trace is not a prefix of ``events`` (another run, a trace
+    that wrapped around) is left out."""
+    out = []
     for snap in snapshots:
         snap = load_snapshot(snap)
         traces = snap.get("device_traces") or []
@@ -130,24 +148,22 @@ def _prefix_hints(events: Sequence[Mapping[str, Any]], device: int, snapshots: I
         n = len(trace)
         if n > len(events) or any(trace[k].get("action") != events[k].get("action")
                                   or trace[k].get("addr") != events[k].get("addr") for k in (0, n - 1) if n):
-            continue  # not a prefix of this trace (another run, or a trace that wrapped around)
-        hints.setdefault(n, []).extend(s for s in snap.get("segments", []) if s.get("device", 0) == device)
-    return hints
+            continue
+        out.append(EarlierSnapshot(n, [s for s in snap.get("segments", []) if s.get("device", 0) == device],
+                                   settings_from_snapshot(snap)))
+    return sorted(out, key=lambda s: s.events)
 
 
-def assign_pools(history: SnapshotHistory, snapshots: Iterable[Any] = ()) -> PoolAssignment:
-    """Name the pool of every allocation and segment event of ``history`` (see the module docstring).
-
-    Args:
-        history: the recording.
-        snapshots: earlier snapshots of the same recording (paths, dicts, anything
-            :func:`~memviz.snapshots.load_snapshot` takes); one whose trace is not a prefix of this trace is
-            ignored (default: none).
+def assign_pools(history: SnapshotHistory) -> PoolAssignment:
+    """Name the pool of every allocation and segment event of ``history`` from its final segments and those of
+    its :attr:`~memviz.snapshots.SnapshotHistory.earlier` snapshots (see the module docstring).
 
     Runtime complexity: O(n log s) for n events and s live segments.
     """
     events = history.events
-    hints = _prefix_hints(events, history.device, snapshots)
+    hints: dict[int, list] = {}
+    for snap in history.earlier:
+        hints.setdefault(snap.events, []).extend(snap.segments)
     segs = _Segments()
     ranges = _Ranges()
     initial_sid: dict[int, int] = {}
