@@ -83,10 +83,12 @@ def test_reduce_scratch_matches_setreduceconfig_by_hand() -> None:
 
     assert reduce_scratch_bytes(ARCHS["H200"], (4096, 3072), {0}, 2, 4) == (100_663_296, 96)
     assert reduce_scratch_bytes(ARCHS["H200"], (256, 4096), {0}, 4, 4) == (0, 0)  # 64 values a thread: one pass
-    assert reduce_scratch_bytes(ARCHS["H200"], (4, 5, 6), {0, 2}, 4, 4) == (0, 0)  # two reduced blocks: not ported
+    # a convolution's bias gradient (sum over N, H, W): not vectorized, 5 blocks per output of 128 channels
+    assert reduce_scratch_bytes(ARCHS["H200"], (128, 128, 32, 32), {0, 2, 3}, 4, 4) == (2560, 512)
+    assert reduce_scratch_bytes(ARCHS["H200"], (64, 8, 4096, 8), {1, 3}, 4, 4) == (0, 0)  # interleaved: not ported
 
 
-@pytest.mark.parametrize("run_id", ["gpt-b8-fp32", "mlp-b1024-amp"])
+@pytest.mark.parametrize("run_id", ["gpt-b8-fp32", "mlp-b1024-amp", "convnet-b128"])
 def test_reduce_scratch_as_recorded(run_id: str) -> None:
     """Every (buffer, semaphores) pair the predictor adds for a reduction is in the H200 trace as two
     back-to-back allocations, as many times."""
@@ -101,7 +103,8 @@ def test_reduce_scratch_as_recorded(run_id: str) -> None:
     real = Counter((a[2], b[2]) for a, b in pairwise(allocs))
     p = predict(PROGRAMS[run["program"]], device="H200", cap=run["cap_bytes"], alloc_conf=run["alloc_conf"],
                 **run["kwargs"])
-    ours = [e for e in p.events if e.action == "alloc" and e.category == "workspaces" and e.op.startswith("sum")]
+    ours = [e for e in p.events if e.action == "alloc" and e.category == "workspaces"
+            and e.op.startswith(("sum", "convolution_backward"))]  # the latter: conv bias gradients
     pairs = Counter((a.nbytes, b.nbytes) for a, b in zip(ours[::2], ours[1::2], strict=True))
     assert pairs
     for pair, n in pairs.items():

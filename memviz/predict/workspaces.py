@@ -180,11 +180,28 @@ def _conv_backward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> No
         if result is None:
             continue
         s.track(result, name)
-        if geom is not None and phase != "bias":
+        if phase == "bias":
+            _bias_reduction(s, grad_out, name)
+        elif geom is not None:
             c_in, c_out, kernel, stride, es, i_bytes, w_bytes = geom
             nbytes = conv_workspace_bytes(phase, c_in, c_out, kernel, stride, es, i_bytes, grad_out.numel() * es,
                                           w_bytes, grad_out.numel() // c_out)
             _cudnn_workspace(s, nbytes, "cudnn_convolution_backward")
+
+
+def _bias_reduction(s: Any, grad_out: torch.Tensor, op: str) -> None:
+    """The bias gradient: ``convolution_backward`` sums the output gradient over every dimension but the
+    channels after the backend's own passes (``Convolution.cpp``), with the reduction kernel's scratch."""
+    if not grad_out.is_contiguous() or grad_out.dim() < 3:
+        return
+    reduce_dims = {d for d in range(grad_out.dim()) if d != 1}
+    buffer_bytes, semaphore_bytes = reduce_scratch_bytes(s.arch, tuple(grad_out.shape), reduce_dims,
+                                                         grad_out.element_size(), 4, grad_out.storage_offset())
+    if buffer_bytes:
+        ptr1, i1 = s.malloc(buffer_bytes, op, "workspaces")
+        ptr2, i2 = s.malloc(semaphore_bytes, op, "workspaces")
+        s.free(ptr2, i2, op)
+        s.free(ptr1, i1, op)
 
 
 def _efficient_backward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
@@ -213,8 +230,11 @@ def reduce_scratch_bytes(arch: GpuArch, shape: tuple[int, ...], reduce_dims: set
     all): when each thread would sum ≥ 256 values and the grid is small, it splits the inputs across
     ``ctas_per_output`` blocks that meet in a global-memory buffer (``acc_bytes`` per partial value) with
     one semaphore per output block. Example: the bias gradient of a Linear, ``grad.sum(0)`` over 4096 rows
-    of 3072 outputs, takes a 96 MiB buffer on an H200 (seen in the recordings, one per layer).
-    ``(0, 0)`` also for layouts the port does not cover (several reduced blocks).
+    of 3072 outputs, takes a 96 MiB buffer on an H200 (seen in the recordings, one per layer). A reduction
+    over the outer and the inner dimensions around kept ones (a convolution's bias gradient, ``sum((0, 2,
+    3))`` of N×C×H×W) is one over the fastest dimension with two reduced dimensions, so not vectorized:
+    2560 B of buffer for 128×128×32×32 fp32 (seen in the recordings). ``(0, 0)`` also for layouts the port
+    does not cover (other interleavings).
     """
     groups: list[list[Any]] = []  # [reduced, size], fastest dimension last
     for d, size in enumerate(shape):
@@ -225,7 +245,8 @@ def reduce_scratch_bytes(arch: GpuArch, shape: tuple[int, ...], reduce_dims: set
             groups[-1][1] *= size
         else:
             groups.append([reduced, size])
-    if not any(r for r, _ in groups) or len(groups) > 2:
+    outer_and_inner = [r for r, _ in groups] == [True, False, True]
+    if not any(r for r, _ in groups) or (len(groups) > 2 and not outer_and_inner):
         return 0, 0
     num_outputs = 1
     inputs = 1
@@ -238,8 +259,8 @@ def reduce_scratch_bytes(arch: GpuArch, shape: tuple[int, ...], reduce_dims: set
     output_vec = 1
     if inner:
         dim0, dim1 = inputs, num_outputs
-        if dim0 >= 128:
-            dim0 //= 4  # vectorize along input (input_vec_size = vt0 = 4)
+        if dim0 > 128 and not outer_and_inner:
+            dim0 //= 4  # vectorize along input (input_vec_size = vt0 = 4), only with one reduced dimension
     else:
         output_vec = 4
         for n in (storage_offset, num_outputs):
