@@ -83,17 +83,18 @@ def replay_real(alloc_conf: str, cap_bytes: int | None) -> dict:
     import torch
 
     from memviz.sim.limits import fraction_for_cap
-    from memviz.sim.replay import FREE, FREE_COMPLETED, FREE_REQUESTED, MALLOC, PROBE
+    from memviz.sim.replay import EMPTY_CACHE, FREE, FREE_COMPLETED, FREE_REQUESTED, MALLOC, PROBE
     from memviz.snapshots import SnapshotHistory
-    from memviz.snapshots.whatif import _compile
+    from memviz.snapshots.history_ops import compile_requests
 
     assert os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") == alloc_conf
-    ops, where = _compile(SnapshotHistory(str(WORKLOAD), progress=False))
+    ops, where = compile_requests(SnapshotHistory(str(WORKLOAD), progress=False), cap_bytes)
     total = torch.cuda.get_device_properties(0).total_memory
     fraction = 1.0 if cap_bytes is None else fraction_for_cap(cap_bytes, total)
     torch.cuda.set_per_process_memory_fraction(fraction)
     live: dict = {}
     oom_events, other_streams, waited_frees = [], 0, 0
+    unsupported: dict[str, int] = {}
     start = time.perf_counter()
     for j, (kind, key, size, stream) in enumerate(ops):
         if kind in (MALLOC, PROBE):
@@ -111,6 +112,10 @@ def replay_real(alloc_conf: str, cap_bytes: int | None) -> dict:
         elif kind == FREE_REQUESTED:  # one stream here: the block is free at once
             waited_frees += 1
             live.pop(key, None)
+        elif kind == EMPTY_CACHE and key is None:
+            torch.cuda.empty_cache()
+        else:  # pool and settings ops: this recording has none; say so if it ever does
+            unsupported[kind] = unsupported.get(kind, 0) + 1
     seconds = time.perf_counter() - start
     stats = torch.cuda.memory_stats()
     return {"alloc_conf": alloc_conf, "cap_bytes": cap_bytes, "fraction": fraction, "ops": len(ops),
@@ -120,6 +125,7 @@ def replay_real(alloc_conf: str, cap_bytes: int | None) -> dict:
             "num_device_alloc": stats["num_device_alloc"], "num_device_free": stats["num_device_free"],
             "num_alloc_retries": stats["num_alloc_retries"], "torch_num_ooms": stats["num_ooms"],
             "requests_on_other_streams": other_streams, "waited_frees": waited_frees,
+            "ops_not_replayed": unsupported,
             "seconds": round(seconds, 2), "torch": torch.__version__, "device": torch.cuda.get_device_name()}
 
 
