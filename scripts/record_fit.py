@@ -13,7 +13,8 @@ named by ``--parts`` (default ``plan,chains,probe``, what ``tests/data/fit/`` wa
   and bf16 at batches 1/16/64, and cuBLAS's workspaces per thread (main thread, autograd's thread);
 - ``probe2``: the extended convolution probe, one process per (batch, dtype) shard: every convolution of
   the recorded programs (ResNet-18/50 at 224² and 160², the VGG-style convnet at widths 64 and 32) and a
-  few 3×3 sizes no program has (20², 40²), at batches 32/128/256, fp32 and bf16, each request's size;
+  few 3×3 sizes no program has (20², 40²), at batches 32/128/256 (and 96/192, held out), fp32 and bf16,
+  each request's size;
 - ``heldout`` / ``heldout-chains``: ``HELDOUT`` and ``HELDOUT_CHAINS``, the programs of
   ``memviz/predict/heldout.py`` (never used to fit the predictor) and of programs.py at sizes never
   recorded, under default and expandable segments, caps near the predicted cliff, largest-batch searches.
@@ -325,7 +326,9 @@ def probe() -> dict:
     return out
 
 
-PROBE2_BATCHES = (32, 128, 256)
+PROBE2_BATCHES = (32, 128, 256, 96, 192)
+"""The extended probe's batches: 32/128/256 to fit on (with the first probe's 1/16/64), 96 and 192 held out
+to check the fitted rules between them."""
 PROBE2_DTYPES = ("float32", "bfloat16")
 
 
@@ -420,6 +423,7 @@ def probe_conv(batch: int, dtype_name: str, deadline_s: float) -> dict:
             res[part], res[part]["result"] = measure(backward, g, x, w, s, p, mask, bias)
         out["conv"].append(res)
         del x, w, b, g
+        torch.cuda.empty_cache()  # the shards share the GPU with the runs: hold no cache between geometries
     sizes = [e["size"] for e in torch.cuda.memory._snapshot()["device_traces"][0] if e["action"] == "alloc"]
     torch.cuda.memory._record_memory_history(None)
     out["trace_allocs"] = len(sizes)  # equal to counted_allocs, or the sizes are not to be trusted

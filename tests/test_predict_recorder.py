@@ -61,7 +61,7 @@ def test_dry_run_lists_only_the_parts_asked(tmp_path):
 
     new = dry("probe2,heldout,heldout-chains")
     assert new["chains"] == [] and all(r.startswith("ho-") for r in new["runs"]) and new["heldout_chains"]
-    assert sorted(new["probes"]) == sorted(f"{b}-{d}" for b in (32, 128, 256) for d in ("float32", "bfloat16"))
+    assert sorted(new["probes"]) == sorted(f"{b}-{d}" for b in (32, 128, 256, 96, 192) for d in ("float32", "bfloat16"))
     old = dry("plan,chains,probe")
     assert old["probes"] == ["probe"] and old["heldout_chains"] == [] and "resnet18-b64" in old["runs"]
     bad = subprocess.run([sys.executable, str(SCRIPT), "--parts", "plan,nope", "--dry-run"], capture_output=True,
