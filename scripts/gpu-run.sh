@@ -8,6 +8,7 @@
 #                                     # run for real), the predictor's tests, a driver probe, every lesson under nbval
 #   bash scripts/gpu-run.sh record    # scripts/record_streams.py and scripts/record_fit.py (fresh processes)
 #   bash scripts/gpu-run.sh lessons   # scripts/record_lessons_gpu.py: every lesson's GPU output, lesson 9's what-ifs for real
+#   bash scripts/gpu-run.sh execute   # notebooks in $EXECUTE (default lessons 10, 11) executed, kept with their outputs
 #   bash scripts/gpu-run.sh check lessons record
 #
 # RECORD_FIT_ARGS / RECORD_STREAMS_ARGS / RECORD_LESSONS_ARGS add to the recorders' arguments; BUDGET_S (default 570) is the
@@ -54,6 +55,20 @@ for what in ${phases[*]}; do
     nbval) phase nbval "${pytest_gpu[@]}" --nbval --nbval-current-env --nbval-cell-timeout=180 notebooks/ ;;
     lessons)  # lessons 01-09 executed here (each cell's GPU output kept) and lesson 9's what-ifs on the real allocator
       phase lessons python3 scripts/record_lessons_gpu.py --out "$out/lessons" ${RECORD_LESSONS_ARGS:-}
+      ;;
+    execute)  # the notebooks in $EXECUTE (default lessons 10 and 11) run top to bottom here, kept with their outputs
+      mkdir -p "$out/executed"
+      phase execute python3 -c "
+import sys, nbformat
+from pathlib import Path
+from nbclient import NotebookClient
+for name in sys.argv[2:]:
+    nb = nbformat.read(name, 4)
+    NotebookClient(nb, timeout=300, kernel_name='python3', allow_errors=True,
+                   resources={'metadata': {'path': 'notebooks'}}).execute()
+    nbformat.write(nb, Path(sys.argv[1]) / Path(name).name)
+    print('executed', name)
+" "$out/executed" ${EXECUTE:-notebooks/10_*.ipynb notebooks/11_*.ipynb}
       ;;
     record)
       mkdir -p "$out/streams" "$out/fit"
