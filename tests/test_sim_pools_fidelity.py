@@ -234,3 +234,15 @@ def test_settings_changed_between_snapshots_replay_exactly(conf: str) -> None:
                             progress=False)
     assert report.exact, report.describe()
     assert not check_fidelity(SnapshotHistory(final), device_total_bytes=TOTAL, progress=False).exact
+
+
+@pytest.mark.parametrize("conf", CONFIGS)
+@pytest.mark.parametrize("program", [graphs_shared_pool, mempool_use, mempool_devlog], ids=lambda p: p.__name__)
+def test_history_states_name_their_pools(program: Callable, conf: str) -> None:
+    """Each phase's segments, rebuilt from the final snapshot and the earlier ones, carry the pool they had."""
+    a, snapshots = _record(program, conf)
+    history = SnapshotHistory(a.snapshot(), earlier_snapshots=snapshots)
+    for snap in snapshots:
+        k = len(snap["device_traces"][0]) - 1
+        rebuilt = {s["address"]: tuple(s["segment_pool_id"]) for s in history.state_at(k)} if k >= 0 else {}
+        assert rebuilt == {s["address"]: tuple(s["segment_pool_id"]) for s in snap["segments"]}

@@ -126,6 +126,7 @@ class SnapshotHistory:
                  earlier_snapshots: Iterable[Any] = ()) -> None:
         device = check_index(device, "device", high=INT64_MAX, what="(a CUDA device index)")
         self._pools: PoolAssignment | None = None
+        self._private: bool | None = None
         self.snapshot: dict[str, Any] = load_snapshot(snapshot)
         self.device = device
         traces = self.snapshot["device_traces"]
@@ -174,6 +175,13 @@ class SnapshotHistory:
                 break
             current = settings
         return current
+
+    def _has_private_pools(self) -> bool:
+        """Whether any snapshot given shows a private pool (else every segment is the device's own)."""
+        if self._private is None:
+            segments = [*self.final_segments, *(s for snap in self.earlier for s in snap.segments)]
+            self._private = any(tuple(s.get("segment_pool_id") or (0, 0)) != (0, 0) for s in segments)
+        return self._private
 
     @property
     def pools(self) -> PoolAssignment:
@@ -387,9 +395,10 @@ class SnapshotHistory:
         elif action == "segment_unmap":
             st.segment_unmap(i, e["addr"], e["size"])
 
-    def _export(self, st: State) -> list[dict[str, Any]]:
+    def _export(self, st: State, index: int) -> list[dict[str, Any]]:
         unknown = self._unknown_requested
         device = self.device
+        pools = self.pools if self._has_private_pools() else None
         out = []
         for addr in st.starts:
             s = st.segs[addr]
@@ -407,7 +416,8 @@ class SnapshotHistory:
             out.append({
                 "device": device, "address": s.addr, "total_size": s.size, "allocated_size": allocated,
                 "active_size": active, "requested_size": requested, "stream": s.stream,
-                "segment_type": s.kind, "segment_pool_id": (0, 0), "is_expandable": s.expandable,
+                "segment_type": s.kind, "is_expandable": s.expandable,
+                "segment_pool_id": (0, 0) if pools is None else pools.pool_at(index, s.addr),
                 "frames": s.frames if s.frames is not None else [], "blocks": blocks,
             })
         return out
@@ -416,16 +426,17 @@ class SnapshotHistory:
         """Return the segments right after event ``index``, shaped like ``_snapshot()["segments"]``.
 
         Segments are sorted by address; each has ``address, total_size, allocated_size, active_size,
-        requested_size, stream, segment_type, is_expandable, blocks`` (bytes), and each block
+        requested_size, stream, segment_type, is_expandable, segment_pool_id, blocks`` (bytes; the pool as
+        :attr:`pools` names it), and each block
         ``address, size, requested_size, state, frames``. Negative indices count from the end.
 
         Runtime complexity: O(2048 + s) (replay from the nearest stored state, s = live blocks).
         """
-        return self._export(self._state(index))
+        return self._export(self._state(index), index % len(self.events))
 
     def initial_state(self) -> list[dict[str, Any]]:
         """Return the segments before the first event (what recording started from), like :meth:`state_at`."""
-        return self._export(State.thaw(self._initial, self.settings_at(0)))
+        return self._export(State.thaw(self._initial, self.settings_at(0)), -1)
 
     def snapshot_at(self, index: int) -> dict[str, Any]:
         """Return a full snapshot dict (segments, the events up to ``index``, settings) for export."""

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = ["EarlierSnapshot", "PoolAssignment", "assign_pools", "earlier_snapshots"]
 
+_NEVER = 1 << 62  # the end of a segment still present at the end
+
 
 class EarlierSnapshot(NamedTuple):
     """A snapshot taken earlier in the same recording: after ``events`` trace entries (its trace is that prefix).
@@ -54,7 +56,8 @@ class PoolAssignment:
         initial_pool: address of every block live before the first event → its pool.
         segments: segments followed (each ``segment_alloc``, each expandable segment, each present at the start).
         inferred: those whose pool no snapshot recorded (see the module docstring).
-        private: whether any segment is in a private pool.
+        ranges: start address → ``(first event, last event + 1, pool)`` of each segment (or expandable mapped
+            range) that began there; -1: present at the start.
     """
 
     alloc_pool: dict[int, PoolId]
@@ -62,9 +65,18 @@ class PoolAssignment:
     initial_pool: dict[int, PoolId]
     segments: int
     inferred: int
+    ranges: dict[int, list[tuple[int, int, PoolId]]]
+
+    def pool_at(self, index: int, address: int) -> PoolId:
+        """The pool of the segment starting at ``address`` right after event ``index`` (-1: before the first)."""
+        for birth, death, pool in self.ranges.get(address, ()):
+            if birth <= index < death:
+                return pool
+        return DEFAULT_POOL
 
     @property
     def private(self) -> bool:
+        """Whether any segment is in a private pool."""
         return any(p != DEFAULT_POOL for p in (*self.alloc_pool.values(), *self.segment_pool.values(),
                                                *self.initial_pool.values()))
 
@@ -75,16 +87,20 @@ class _Ranges:
     def __init__(self) -> None:
         self.starts: list[int] = []
         self.rows: dict[int, list[Any]] = {}  # start -> [end, segment id, stream, expandable]
+        self.lives: dict[int, list[list[int]]] = {}  # start -> [[first event, last event + 1, segment id], ...]
+        self.now = -1  # the event being played
 
     def add(self, start: int, end: int, sid: int, stream: int, expandable: bool) -> None:
         if start in self.rows:
             self.remove(start)
         insort(self.starts, start)
         self.rows[start] = [end, sid, stream, expandable]
+        self.lives.setdefault(start, []).append([self.now, _NEVER, sid])
 
     def remove(self, start: int) -> None:
         del self.rows[start]
         self.starts.pop(bisect_right(self.starts, start) - 1)
+        self.lives[start][-1][1] = self.now
 
     def at(self, addr: int) -> int | None:
         """The start of the range holding ``addr``, or None."""
@@ -184,6 +200,7 @@ def assign_pools(history: SnapshotHistory) -> PoolAssignment:
     if 0 in hints:
         name_from(hints[0])
     for i, e in enumerate(events):
+        ranges.now = i
         action = e.get("action")
         if action == "alloc":
             start = ranges.at(e["addr"])
@@ -216,6 +233,7 @@ def assign_pools(history: SnapshotHistory) -> PoolAssignment:
         initial_pool={addr: pool_of(s) for addr, s in initial_sid.items()},
         segments=sum(1 for k in range(len(segs.parent)) if segs.find(k) == k),
         inferred=inferred,
+        ranges={start: [(b, d, pool_of(sid)) for b, d, sid in lives] for start, lives in ranges.lives.items()},
     )
 
 
