@@ -15,7 +15,7 @@ from memviz.shapes import Request
 
 __all__ = ["CudaBackend"]
 
-SLEEP_HZ = 1_980_000_000  # GPU clock for queue_work's sleep kernel where torch does not say (an H200's boost clock)
+SLEEP_PROBE_CYCLES = 10_000_000  # one timed torch.cuda._sleep, a few ms, to learn its cycles per second
 
 
 class CudaBackend(Backend):
@@ -63,6 +63,7 @@ class CudaBackend(Backend):
         self._nvml = _nvml_handle(self.device)
         self._capture: tuple[torch.cuda.CUDAGraph, torch.cuda.graph] | None = None  # graph, its open context
         self._pools: dict[tuple[int, int], torch.cuda.MemPool] = {}  # new_pool's pools by id
+        self._sleep_cycles_per_s: float | None = None  # torch.cuda._sleep's speed, measured on first use
 
     def empty(self, request: Request) -> torch.Tensor:
         return torch.empty(request.shape, dtype=getattr(torch, request.dtype), device=self.device)
@@ -88,10 +89,10 @@ class CudaBackend(Backend):
         tensor.record_stream(stream)
 
     def queue_work(self, stream: torch.cuda.Stream, seconds: float) -> None:
-        # torch.cuda._sleep spins for a number of GPU clock cycles; clock_rate is in kHz where torch has it
-        hz = getattr(torch.cuda.get_device_properties(self.device), "clock_rate", 0) * 1000 or SLEEP_HZ
+        if self._sleep_cycles_per_s is None:
+            self._sleep_cycles_per_s = _sleep_cycles_per_s(self.device)
         with torch.cuda.stream(stream):
-            torch.cuda._sleep(int(seconds * hz))
+            torch.cuda._sleep(int(seconds * self._sleep_cycles_per_s))
 
     def synchronize(self, stream: torch.cuda.Stream | None = None) -> None:
         if stream is None:
@@ -182,6 +183,18 @@ class CudaBackend(Backend):
         except pynvml.NVMLError:  # not permitted in some containers: totals still hold
             pass
         return DriverMemory(total_bytes, free_bytes, info.used, mine, tuple(others), "NVML")
+
+
+def _sleep_cycles_per_s(device: torch.device) -> float:
+    """How many cycles ``torch.cuda._sleep`` spins per second on ``device``, timed with CUDA events (as
+    test_cuda.py's ``get_cycles_per_ms``)."""
+    with torch.cuda.device(device):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(SLEEP_PROBE_CYCLES)
+        end.record()
+        end.synchronize()
+        return SLEEP_PROBE_CYCLES / (start.elapsed_time(end) / 1000)
 
 
 def _nvml_handle(device: torch.device):
