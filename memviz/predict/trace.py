@@ -34,7 +34,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from memviz.errors import OutOfMemoryError
 from memviz.sim import CachingAllocator, fraction_for_cap
 
-from . import workspaces
+from . import accumulate, workspaces
 from .autocast import CudaEmulation
 from .cuda_shim import patched_cuda
 from .fastmeta import shortcut
@@ -137,6 +137,7 @@ class Session:
         self.events: list[Event] = []
         self.live: dict[int, list] = {}  # storage id -> [ptr, nbytes, alloc event index]
         self._refs: dict[int, tuple[weakref.ref, int]] = {}
+        self.producers: dict[int, int] = {}  # storage id -> sequence number of the backward node that made it
         self.gpu_depth = 0
         self.default_cuda = False  # the program called torch.set_default_device("cuda")
         self.phase = "setup"
@@ -275,8 +276,20 @@ class Session:
         ref = weakref.ref(st, self._storage_died)
         self._refs[id(ref)] = (ref, key)
 
+    def mark_producer(self, out: Any) -> None:
+        """Remember which backward node made these outputs (:mod:`memviz.predict.accumulate`)."""
+        node = accumulate.current_node()
+        for t in (out if isinstance(out, (tuple, list)) else (out,)):
+            if isinstance(t, torch.Tensor) and t.is_meta:
+                self.producers[id(t.untyped_storage())] = node
+
+    def producer_of(self, t: torch.Tensor) -> int:
+        """The sequence number of the backward node that made ``t``'s storage, or -1."""
+        return self.producers.get(id(t.untyped_storage()), -1)
+
     def _storage_died(self, ref: weakref.ref) -> None:
         _, key = self._refs.pop(id(ref))
+        self.producers.pop(key, None)
         entry = self.live.pop(key, None)
         if entry is not None and not self.closed:
             self.free(entry[0], entry[2])
@@ -309,6 +322,7 @@ class Session:
         """Install everything for the block; put everything back after it, whatever happens."""
         import torch._dynamo  # imported lazily by the dispatch machinery: it must see the real torch.cuda
 
+        accumulate.last_reference_counts()  # measured once, before any mode of ours is active
         saved_rng = torch.get_rng_state()
         saved_grad = torch.is_grad_enabled()
         saved_autocast = [(d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cuda", "cpu")]
@@ -448,6 +462,9 @@ def _install_hooks(session: Session) -> list[Any]:
             optimizer.register_optimizer_step_post_hook(step_post)]
 
 
+_ADD, _ADD_ = torch.ops.aten.add.Tensor, torch.ops.aten.add_.Tensor
+
+
 class _Capture(TorchDispatchMode):
     """Every aten op: run it on meta, account the storages it creates, add the libraries' workspaces."""
 
@@ -468,6 +485,8 @@ class _Capture(TorchDispatchMode):
                 return func.decompose(*args, **kwargs)
         if func in _DATA_DEPENDENT and any(isinstance(a, torch.Tensor) and a.is_meta for a in args):
             raise DataDependentError(func.__name__, s.user_line())
+        if func is _ADD and s.gpu_depth and accumulate.runs_in_place(args, kwargs, s.producer_of):
+            func = _ADD_  # the engine's gradient join, in place on the GPU (memviz.predict.accumulate)
         if func in _RANDOM_FILL and args[0].requires_grad and not args[0].is_meta:
             return args[0]  # a parameter's initialisation on the host: its values never reach the prediction
         out = shortcut(func, args, kwargs)
@@ -486,6 +505,8 @@ class _Capture(TorchDispatchMode):
                 for t in out:
                     if isinstance(t, torch.Tensor) and t.is_meta:
                         s.track(t, name)
+            if torch._C._current_graph_task_id() != -1:
+                s.mark_producer(out)
             if rule is not None:
                 rule(s, func, args, kwargs, out)
         return out
