@@ -497,18 +497,18 @@ class _Capture(TorchDispatchMode):
             rule = workspaces.RULES.get(func)
             if rule is not None and func in workspaces.TRACKS_OUTPUTS:
                 rule(s, func, args, kwargs, out)
-                return out
-            if isinstance(out, torch.Tensor):
-                if out.is_meta:
-                    s.track(out, name)
-            elif isinstance(out, (tuple, list)):
-                for t in out:
-                    if isinstance(t, torch.Tensor) and t.is_meta:
-                        s.track(t, name)
+            else:
+                if isinstance(out, torch.Tensor):
+                    if out.is_meta:
+                        s.track(out, name)
+                elif isinstance(out, (tuple, list)):
+                    for t in out:
+                        if isinstance(t, torch.Tensor) and t.is_meta:
+                            s.track(t, name)
+                if rule is not None:
+                    rule(s, func, args, kwargs, out)
             if torch._C._current_graph_task_id() != -1:
                 s.mark_producer(out)
-            if rule is not None:
-                rule(s, func, args, kwargs, out)
         return out
 
 
