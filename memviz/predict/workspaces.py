@@ -98,7 +98,8 @@ def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, .
       :func:`_unaligned_strided_backward_weight_bytes`;
     - 1×1 strided (a ResNet downsample) with ≤ 64 input channels forward, or ≤ 128 backward-input in fp32:
       none; fp32 forward from ≥ 256 channels over ≥ 32768 input pixels (N·H·W): input + weight;
-    - a k×k forward that widens aligned channels from ≤ 64 (32→64, 64→128): input + weight.
+    - a k×k fp32 forward that widens aligned channels from ≤ 64 (32→64, 64→128): input + weight (bf16:
+      input + output + weight, like the rest).
     """
     pointwise = all(k == 1 for k in kernel)
     unit_stride = all(st == 1 for st in stride)
@@ -118,7 +119,7 @@ def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, .
         return 0
     if pointwise and phase == "forward" and c_in >= 256 and input_pixels >= 1 << 15 and element_bytes == 4:
         return input_bytes + weight_bytes
-    if phase == "forward" and not pointwise and not unaligned and c_in <= 64 and c_out > c_in:
+    if phase == "forward" and not pointwise and not unaligned and c_in <= 64 and c_out > c_in and element_bytes == 4:
         return input_bytes + weight_bytes
     if unaligned and phase == "backward_weight" and not unit_stride:
         return _unaligned_strided_backward_weight_bytes(c_in, c_out, kernel, element_bytes, input_bytes,
