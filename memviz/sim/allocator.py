@@ -1404,6 +1404,10 @@ class CachingAllocator:
         pool's events, release its free segments if no one holds it any more."""
         self.release_cached_blocks(_checked_pool_id(mempool_id))
 
+    def trace_length(self) -> int:
+        """How many entries the recorded history holds (:meth:`trace_records`)."""
+        return len(self._trace) // 4
+
     def trace_entries(self) -> Iterator[tuple[str, int, int, int | None]]:
         """Yield the recorded history as ``(action, addr, size, time_us)``, oldest first.
 
@@ -1414,12 +1418,12 @@ class CachingAllocator:
         for action, addr, size, _, time_us in self.trace_records():
             yield action, addr, size, time_us
 
-    def trace_records(self) -> Iterator[tuple[str, int, int, int, int | None]]:
+    def trace_records(self, start: int = 0) -> Iterator[tuple[str, int, int, int, int | None]]:
         """Yield the recorded history as ``(action, addr, size, stream, time_us)`` (:meth:`trace_entries` with
-        each entry's stream)."""
+        each entry's stream), from entry ``start`` on (default: 0, all)."""
         flat = self._trace  # action, addr, size, stream of each entry in turn
         times = self._trace_times
-        for k in range(0, len(flat), 4):
+        for k in range(4 * start, len(flat), 4):
             yield flat[k], flat[k + 1], flat[k + 2], flat[k + 3], None if times is None else times[k // 4]
 
     def snapshot(self, *, record: bool = True) -> dict[str, Any]:

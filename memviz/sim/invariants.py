@@ -1,11 +1,12 @@
 """The simulator's invariant check (``CachingAllocator._check``): structure, pools and every stat.
 
 Reads the allocator only through its public read API (``iter_segments``, ``live_block``, ``live_count``,
-``trace_entries``, the pools, ``stats``), so it checks what a user of that API would see.
+``trace_records`` / ``trace_length``, the pools, ``stats``), so it checks what a user of that API would see.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING
 
 from .blocks import ADDR_BITS
@@ -17,6 +18,12 @@ if TYPE_CHECKING:  # annotations only: allocator.py imports this module, never t
     from .blocks import Block
 
 __all__ = ["check_invariants", "format_segment_table"]
+
+#: per allocator: (trace entries counted so far, the counts by action, the requested bytes of the allocs), so
+#: that checking after every op reads each trace entry once (the trace only grows while history is on)
+_TRACE_TOTALS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_ACTIONS = ("alloc", "free", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
+            "segment_unmap", "oom", "snapshot")
 
 
 def format_segment_table(allocator: CachingAllocator) -> str:
@@ -163,13 +170,14 @@ def check_invariants(allocator: CachingAllocator) -> None:
 
 def _check_totals_against_trace(a: CachingAllocator) -> None:
     """The event totals equal what the complete trace records (history on, never reset)."""
-    count = dict.fromkeys(("alloc", "free", "free_requested", "free_completed", "segment_alloc", "segment_free",
-                           "segment_map", "segment_unmap", "oom", "snapshot"), 0)
-    requested = 0
-    for action, _, size, _ in a.trace_entries():
+    seen, count, requested = _TRACE_TOTALS.get(a) or (0, dict.fromkeys(_ACTIONS, 0), 0)
+    if a.trace_length() < seen:  # not the trace counted before: count afresh
+        seen, count, requested = 0, dict.fromkeys(_ACTIONS, 0), 0
+    for action, _, size, _, _ in a.trace_records(seen):
         count[action] += 1
         if action == "alloc":
             requested += size
+    _TRACE_TOTALS[a] = (a.trace_length(), count, requested)
     stats = a.stats
     assert stats.get("allocation")["allocated"] == count["alloc"], "allocation.all.allocated != allocs in the trace"
     assert stats.get("requested_bytes")["allocated"] == requested, "requested_bytes.all.allocated != the trace's"
