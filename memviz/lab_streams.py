@@ -63,7 +63,7 @@ class LabPool:
 
     name: str
     kind: str
-    id: tuple[int, int]
+    id: tuple[int, int] | None  # None: a new graph pool while its first capture runs (torch says it at the end)
     holders: dict[str, None] = field(default_factory=dict)
 
     @property
@@ -129,7 +129,7 @@ class StreamActions:
         pool_id = tuple(segment.get("segment_pool_id", DEFAULT_POOL))
         if pool_id == DEFAULT_POOL:
             return "default stream" if stream_name == DEFAULT_STREAM else f"stream {stream_name}"
-        pool = next((p for p in self._pools.values() if p.id == pool_id), None)
+        pool = self._pool_by_id(pool_id)
         text = f"{pool.kind} {pool.name}" if pool is not None else f"pool {pool_id}"
         if pool is not None and not pool.held:
             text += " (released)"
@@ -142,7 +142,7 @@ class StreamActions:
         pool_id = tuple(pool_id)
         if pool_id == DEFAULT_POOL:
             return False
-        pool = next((p for p in self._pools.values() if p.id == pool_id), None)
+        pool = self._pool_by_id(pool_id)
         return pool is None or pool.held
 
     # -- streams -----------------------------------------------------------------------------------
@@ -242,11 +242,15 @@ class StreamActions:
         shared = None if pool is None else self._shareable_pool(pool)
         before = self._read_before()
         handle = self.backend.begin_capture(None if shared is None else shared.id)
-        if CAPTURE_STREAM not in self._streams:
-            stream = self.backend.capture_stream(handle)
-            self._streams[CAPTURE_STREAM] = LabStream(CAPTURE_STREAM, stream, self.backend.stream_id(stream))
-        if shared is None:
-            shared = self._pools[name] = LabPool(name, "graph pool", self.backend.graph_pool_id(handle))
+        try:
+            if CAPTURE_STREAM not in self._streams:
+                stream = self.backend.capture_stream(handle)
+                self._streams[CAPTURE_STREAM] = LabStream(CAPTURE_STREAM, stream, self.backend.stream_id(stream))
+        except BaseException:  # never leave a capture open behind an error
+            self.backend.end_capture(handle)
+            raise
+        if shared is None:  # torch names a new graph pool only once the capture has ended (end_capture)
+            shared = self._pools[name] = LabPool(name, "graph pool", None)
         shared.holders[name] = None
         self._capturing = self._graphs[name] = LabGraph(name, handle, shared.name)
         where = "a new pool" if pool is None else f"{shared.kind} {shared.name}'s pool {shared.id}"
@@ -260,7 +264,10 @@ class StreamActions:
         before = self._read_before()
         self._capturing = None
         self.backend.end_capture(graph.handle)
-        return self._record("end_capture", True, (), 0, f"capture of {graph.name!r} ends", before)
+        pool = self._pools[graph.pool]
+        if pool.id is None:
+            pool.id = self.backend.graph_pool_id(graph.handle)
+        return self._record("end_capture", True, (), 0, f"capture of {graph.name!r} ends (pool {pool.id})", before)
 
     @contextmanager
     def capture(self, name: str, pool: str | None = None) -> Iterator[LabGraph]:
@@ -301,6 +308,14 @@ class StreamActions:
         return events
 
     # -- internals -----------------------------------------------------------------------------------
+
+    def _pool_by_id(self, pool_id: tuple[int, int]) -> LabPool | None:
+        """The lab's pool of that id; during the first capture into a new graph pool (whose id torch gives only
+        at the end), an id the lab does not know is that pool's."""
+        pool = next((p for p in self._pools.values() if p.id == pool_id), None)
+        if pool is None and self._capturing is not None and self._pools[self._capturing.pool].id is None:
+            pool = self._pools[self._capturing.pool]
+        return pool
 
     def _known_streams(self) -> dict[str, LabStream]:
         if not self._streams:

@@ -300,3 +300,13 @@ def test_let_go_ends_the_capture_deletes_the_graphs_and_releases_the_pools():
     lab.free_all()
     assert lab.empty_cache().reserved_bytes == 0
     assert lab.let_go() == []
+
+
+def test_during_its_first_capture_a_new_graph_pool_is_named_by_its_graph():
+    lab = sim_lab()  # torch gives a new graph pool's id only once the capture ends; the lab names it before
+    lab.begin_capture("g1")
+    lab.allocate("4 MiB", name="y1")
+    assert layout(lab) == [("graph pool g1 · stream capture", 20 * MiB, ("active_allocated", "inactive"))]
+    assert lab.pools["g1"].id is None and lab.pool_is_held(tuple(lab.segments()[0]["segment_pool_id"]))
+    lab.end_capture()
+    assert lab.pools["g1"].id == tuple(lab.segments()[0]["segment_pool_id"])
