@@ -393,6 +393,29 @@ def console_errors(page) -> list[str]:
     return list(getattr(page, "memviz_console", []))
 
 
+_LATE_MODULES_JS = """(() => {
+  const create = URL.createObjectURL.bind(URL);
+  window.memvizLargeModules = 0;
+  URL.createObjectURL = (blob) => {
+    const url = create(blob);
+    if (!(blob instanceof Blob) || blob.size < 1e6) return url;
+    window.memvizLargeModules += 1;
+    const late = `await new Promise((r) => setTimeout(r, DELAY_MS));\\nexport * from "${url}";\\n` +
+                 `export { default } from "${url}";\\n`;
+    return create(new Blob([late], { type: "text/javascript" }));
+  };
+})();"""
+
+
+def late_large_modules(page, delay_ms: int = 2500) -> None:
+    """Make every ES module over 1 MB that the page imports from a ``blob:`` URL (plotly's 5 MB FigureWidget
+    front end, as anywidget loads it) resolve ``delay_ms`` late, with the page idle meanwhile: what a blob
+    fetch starved by a busy machine does. anywidget 0.11 gives a model 2 s to get ready and then drops its
+    messages, so with plotly's own loader a figure comes up blank every time (``memviz.widgets.figure``).
+    ``window.memvizLargeModules`` counts those imports. Call before the page navigates."""
+    page.add_init_script(script=_LATE_MODULES_JS.replace("DELAY_MS", str(int(delay_ms))))
+
+
 # ------------------------------------------------------------------------------------------- notebooks
 
 # JS prelude: `panel` is the NotebookPanel shown in the main area (window.jupyterapp is exposed).
