@@ -109,3 +109,19 @@ def test_reduce_scratch_as_recorded(run_id: str) -> None:
     assert pairs
     for pair, n in pairs.items():
         assert real[pair] == n, (pair, n, real[pair])
+
+
+def test_efficient_attention_backward_as_recorded() -> None:
+    """fp32 memory-efficient attention's backward: the fp32 product, its sum, ``delta`` and the kernel's
+    grad_q workspace, in the H200 trace as four back-to-back allocations, once per layer."""
+    from memviz.predict import predict
+    from memviz.predict.recorded import PROGRAMS
+
+    run = json.loads(gzip.decompress((PROBE.parent / "h200" / "gpt-b8-fp32.json.gz").read_bytes()))
+    real = [e[2] for e in run["events"] if e[0] == "alloc"]
+    p = predict(PROGRAMS[run["program"]], device="H200", cap=run["cap_bytes"], **run["kwargs"])
+    ours = [e.nbytes for e in p.events if e.action == "alloc" and e.category == "workspaces"
+            and e.op.startswith("_scaled_dot_product_efficient_attention_backward")]
+    assert ours == [12_582_912, 196_608, 196_608, 12_595_200] * (6 * 3)  # 6 layers, 3 steps
+    runs = sum(real[i:i + 4] == ours[:4] for i in range(len(real) - 3))
+    assert runs == 6 * 3

@@ -206,15 +206,30 @@ def _bias_reduction(s: Any, grad_out: torch.Tensor, op: str) -> None:
 
 
 def _efficient_backward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
-    """Memory-efficient attention's backward (``_efficient_attention_backward``) in fp16/bf16 accumulates
-    grad_q in fp32 in a workspace of ``workspace_size()``: B·H·round64(L)·round64(D) floats (the kernel's
-    ``kNeedsAccumGradQ``; from the source, not measured: the recordings' fp32 GPT needs none)."""
+    """Memory-efficient attention's backward (``_efficient_attention_backward``, attention_backward.cu), after
+    its gradients: ``delta`` (B·H·M fp32), which the fp16/bf16 kernels compute themselves
+    (``kKernelComputesDelta``) and fp32 takes from ``(grad_out.float() * out.float()).sum(-1)`` (the product
+    and the sum are temporaries), then the kernel's workspace, B·H·``workspace_strideBH`` floats: with grad_q
+    accumulated in global memory, ceil(M/64)·ceil(D/64) tiles of 64×64 floats and a 16-byte lock
+    (``GradQTempStorage``). Measured for fp32: gpt-b8-fp32 (B 8, H 12, M 512, D 64) asks 12,582,912 B,
+    196,608 B, 196,608 B, then 12,595,200 B, as here; fp16/bf16 from the source, not measured."""
     q = args[1]
-    if q.dtype is torch.float32 or q.dim() != 4:
+    if q.dim() != 4:
         return
     b, h, length, d = q.shape
-    ptr, index = s.malloc(b * h * _round(length, 64) * _round(d, 64) * 4, func.__name__, "workspaces")
-    s.free(ptr, index, func.__name__)
+    name = func.__name__
+    if q.dtype is torch.float32:
+        product = s.malloc(b * h * length * d * 4, name, "workspaces")
+        summed = s.malloc(b * h * length * 4, name, "workspaces")
+        delta = s.malloc(b * h * length * 4, name, "workspaces")
+        s.free(*summed, name)
+        s.free(*product, name)
+    else:
+        delta = s.malloc(b * h * length * 4, name, "workspaces")
+    tiles = -(-length // 64) * -(-d // 64)
+    workspace = s.malloc(b * h * _round(tiles * (64 * 64 + 4), 4) * 4, name, "workspaces")
+    s.free(*delta, name)  # a local of the kernel launch; the workspace lives to the end of the function
+    s.free(*workspace, name)
 
 
 def _last_pow2(n: int) -> int:
