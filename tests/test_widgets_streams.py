@@ -154,3 +154,16 @@ def test_the_plain_dashboard_has_no_streams_panel():
     d = dashboard(sim_lab(), live=False)
     assert d.controls.streams is None and "new stream" not in d.controls.buttons
     d.close()
+
+
+def test_the_snapshot_viewers_map_groups_a_recorded_runs_rows_by_stream():
+    from memviz.sim import CachingAllocator
+    from memviz.widgets import SnapshotViewer
+
+    a = CachingAllocator(80 << 30)
+    a.malloc(30 * MiB)
+    a.malloc(30 * MiB, stream=0x5A00)
+    viewer = SnapshotViewer(a.snapshot(), progress=False, index=-1)  # the state after the last event
+    assert list(viewer.map.fig.layout.yaxis.ticktext) == ["default stream · large 30.00 MiB",
+                                                          "stream 0x5a00 · large 30.00 MiB"]
+    viewer.close()

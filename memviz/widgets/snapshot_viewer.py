@@ -30,7 +30,7 @@ from memviz.units import format_bytes
 from memviz.widgets._common import close_tree, escape, exact_bytes, guarded
 from memviz.widgets.downsample import envelope
 from memviz.widgets.row import figure_row
-from memviz.widgets.segment_map import LIVE_STATES, StateMap
+from memviz.widgets.segment_map import LIVE_STATES, PENDING_STATES, StateMap
 from memviz.widgets.snapshot_panels import RecordedTimeline, ScrubBar
 
 __all__ = ["RecordedTimeline", "ScrubBar", "SnapshotViewer", "envelope", "event_text", "history_of"]
@@ -89,7 +89,7 @@ def _block_names(segments: list[dict[str, Any]]) -> dict[int, str]:
     names = {}
     for s in segments:
         for b in s["blocks"]:
-            if b["state"] in LIVE_STATES:
+            if b["state"] in LIVE_STATES or b["state"] in PENDING_STATES:
                 names[b["address"]] = _frame_label(b.get("frames")) or "live block (no stack recorded)"
     return names
 
