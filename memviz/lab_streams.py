@@ -76,7 +76,7 @@ class LabGraph:
     """A CUDA graph the lab captured: its private pool's name, and whether it still exists."""
 
     name: str
-    handle: Any
+    handle: Any  # None once deleted
     pool: str
     alive: bool = True
 
@@ -294,6 +294,7 @@ class StreamActions:
         self._not_capturing("delete_graph()")
         before = self._read_before()
         self.backend.delete_graph(graph.handle)
+        graph.handle = None  # the last reference: on a GPU, ~CUDAGraph unregisters the generator only now
         graph.alive = False
         del self._pools[graph.pool].holders[name]
         return self._record("delete_graph", True, (), 0, f"del {name}", before)

@@ -12,6 +12,9 @@ from memviz.lab import Lab
 
 MiB = 1 << 20
 RESERVED = "reserved_bytes.all.current"
+# a capture registers the default CUDA generator: while any graph lives, its seed and offset tensors (8 B each)
+# sit on the capture stream outside the graph's pool, in a 2 MiB small segment (as on the H200)
+GENERATOR_SEGMENT = ("stream capture", 2 * MiB, ("active_allocated", "active_allocated", "inactive"))
 
 
 def sim_lab(**kwargs) -> Lab:
@@ -119,14 +122,15 @@ def test_graphs_share_a_pool_and_the_second_reuses_what_the_first_freed():
         lab.allocate("4 MiB", name="tmp")
         lab.allocate("4 MiB", name="y1")
         lab.free("tmp")  # freed inside g1's capture: its block is free in the pool ...
-    tmp_address = lab.segments()[0]["blocks"][0]["address"]
+    tmp_address = next(b["address"] for s in lab.segments() if s["segment_pool_id"] != (0, 0) for b in s["blocks"]
+                       if b["state"] == "inactive")
     with lab.capture("g2", pool="g1"):
         lab.allocate("4 MiB", name="y2")  # ... and g2's capture gets the same block
     assert lab["y2"].data_ptr() == tmp_address
     assert lab.pools["g1"].holders == {"g1": None, "g2": None}
     lab.delete_graph("g1")
     lab.free("y1", "y2")
-    assert lab.empty_cache().reserved_bytes == 20 * MiB  # g2 still holds the pool
+    assert lab.empty_cache().reserved_bytes == 22 * MiB  # g2 still holds the pool (and the generator's 2 MiB)
     lab.delete_graph("g2")
     assert lab.empty_cache().reserved_bytes == 0
 
@@ -306,7 +310,22 @@ def test_during_its_first_capture_a_new_graph_pool_is_named_by_its_graph():
     lab = sim_lab()  # torch gives a new graph pool's id only once the capture ends; the lab names it before
     lab.begin_capture("g1")
     lab.allocate("4 MiB", name="y1")
-    assert layout(lab) == [("graph pool g1 · stream capture", 20 * MiB, ("active_allocated", "inactive"))]
-    assert lab.pools["g1"].id is None and lab.pool_is_held(tuple(lab.segments()[0]["segment_pool_id"]))
+    assert layout(lab) == [("graph pool g1 · stream capture", 20 * MiB, ("active_allocated", "inactive")),
+                           GENERATOR_SEGMENT]
+    pool_id = next(tuple(s["segment_pool_id"]) for s in lab.segments() if s["segment_pool_id"] != (0, 0))
+    assert lab.pools["g1"].id is None and lab.pool_is_held(pool_id)
     lab.end_capture()
-    assert lab.pools["g1"].id == tuple(lab.segments()[0]["segment_pool_id"])
+    assert lab.pools["g1"].id == pool_id
+
+
+def test_the_generators_two_blocks_come_with_the_first_graph_and_go_with_the_last():
+    lab = sim_lab()
+    with lab.capture("g1"):
+        pass
+    with lab.capture("g2"):
+        pass
+    assert layout(lab) == [GENERATOR_SEGMENT]
+    lab.delete_graph("g1")
+    assert layout(lab) == [GENERATOR_SEGMENT]  # g2 still registers the generator
+    lab.delete_graph("g2")
+    assert lab.empty_cache().reserved_bytes == 0

@@ -143,6 +143,8 @@ class CudaBackend(Backend):
         graph.replay()
 
     def delete_graph(self, graph: torch.cuda.CUDAGraph) -> None:
+        """``reset()``: the graph lets go of its pool. ``~CUDAGraph`` (when the caller drops its last reference)
+        then unregisters the default generator, whose seed and offset tensors go with the last graph."""
         graph.reset()
 
     def memory_stats(self) -> Mapping[str, int]:

@@ -10,11 +10,13 @@ from memviz.backends.base import Backend, check_alloc_conf, fraction_and_cap
 from memviz.devices import PRESETS, SimulatedDevice, simulated_device
 from memviz.errors import InputError
 from memviz.shapes import Request
-from memviz.sim import CachingAllocator, CUDAGraph, MemPool, OutOfMemoryError, graph, use_mem_pool
+from memviz.sim import CachingAllocator, CUDAGraph, MemPool, OutOfMemoryError, use_mem_pool
 from memviz.sim.limits import MAX_DEVICE_BYTES
 from memviz.units import format_bytes
 
 __all__ = ["SimTensor", "SimulatedBackend"]
+
+GENERATOR_TENSOR_BYTES = 8  # CUDAGeneratorState's seed_extragraph_ / offset_extragraph_: at::empty({1}, kLong)
 
 
 class SimTensor:
@@ -81,7 +83,9 @@ class SimulatedBackend(Backend):
         self._last_stream = 0
         self._busy_until: dict[int, float] = {}  # stream -> time.monotonic() its queued work ends
         self._capture_stream: int | None = None  # torch's one default capture stream, made on first capture
-        self._capture: tuple[CUDAGraph, AbstractContextManager, int] | None = None  # graph, context, stream before
+        self._capture: tuple[CUDAGraph, int] | None = None  # the graph being captured, the stream before it
+        self._generator_graphs: set[CUDAGraph] = set()  # graphs the default CUDA generator is registered with
+        self._generator_blocks: tuple[int, ...] = ()  # its seed and offset tensors while any graph is registered
         self._pools: dict[tuple[int, int], MemPool] = {}  # new_pool's pools by id
 
     def empty(self, request: Request) -> SimTensor:
@@ -150,24 +154,37 @@ class SimulatedBackend(Backend):
         self._pools.pop(pool).release()
 
     def begin_capture(self, pool_id: tuple[int, int] | None) -> CUDAGraph:
+        """What entering ``torch.cuda.graph(g, pool=pool_id)`` does: synchronize, ``empty_cache()``, make the
+        capture stream current, then ``CUDAGraph::capture_begin``: register the default CUDA generator (the
+        first graph registered makes its two one-element int64 tensors, seed and offset, on the capture stream,
+        outside the graph's pool), then ``beginAllocateToPool``."""
         if self._capture is not None:
             raise InputError("a capture is already underway; end it first")
         if self._capture_stream is None:
             self._capture_stream = self.new_stream()
+        self.allocator.synchronize()
+        self._busy_until.clear()
+        self.allocator.empty_cache()
         g = CUDAGraph(self.allocator)
-        context = graph(self.allocator, g, pool_id, self._capture_stream)
-        context.__enter__()  # raises for a bad pool before anything changes
-        self._busy_until.clear()  # torch.cuda.graph starts with torch.cuda.synchronize()
-        self._capture = (g, context, self._stream)
+        if not self._generator_graphs:
+            self._generator_blocks = tuple(self.allocator.malloc(GENERATOR_TENSOR_BYTES, self._capture_stream)
+                                           for _ in ("seed", "offset"))
+        self._generator_graphs.add(g)
+        try:
+            g.capture_begin(pool_id, self._capture_stream)
+        except BaseException:
+            self.delete_graph(g)  # as ~CUDAGraph after a failed capture_begin
+            raise
+        self._capture = (g, self._stream)
         self._stream = self._capture_stream
         return g
 
     def end_capture(self, graph: CUDAGraph) -> None:
         if self._capture is None or self._capture[0] is not graph:
             raise InputError("end_capture() of a graph that is not being captured")
-        _, context, self._stream = self._capture
+        _, self._stream = self._capture
         self._capture = None
-        context.__exit__(None, None, None)
+        graph.capture_end()
 
     def capture_stream(self, graph: CUDAGraph) -> int:
         return graph.capture_stream
@@ -181,6 +198,13 @@ class SimulatedBackend(Backend):
         graph.replay()
 
     def delete_graph(self, graph: CUDAGraph) -> None:
+        """``del g``: ``~CUDAGraph`` unregisters the generator (the last graph frees its seed and offset tensors),
+        then ``reset()`` lets go of the pool."""
+        self._generator_graphs.discard(graph)
+        if not self._generator_graphs and self._generator_blocks:
+            for address in self._generator_blocks:
+                self.allocator.free(address)
+            self._generator_blocks = ()
         graph.reset()
 
     def memory_stats(self) -> Mapping[str, int]:
