@@ -1,6 +1,8 @@
 """Live widgets for the lab: gauges, timeline, segment map, controls, event log, and the dashboard of them all.
 
-``memviz.widgets.dashboard(backend="sim", device="T4", cap="2 GiB")`` composes everything on one lab; each
+``memviz.widgets.dashboard(backend="sim", device="T4", cap="2 GiB")`` composes everything on one lab
+(``streams=True`` adds the side-stream, ``record_stream``, ``MemPool`` and CUDA-graph controls; the segment map
+groups its rows by pool and stream); each
 piece also works alone in a lesson (``SegmentMap(lab)``, ``MemoryGauges(lab)``, ``Timeline(lab)``): call
 ``.refresh()`` after changing the lab, or ``.watch()`` to refresh after every cell. For a recorded run:
 ``SnapshotViewer("my_run.pickle")`` scrubs its events, ``WhatIfTable("my_run.pickle", configs)`` replays it
