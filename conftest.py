@@ -2,6 +2,8 @@
 
 import pprint
 
+import pytest
+
 try:
     import nbval.kernel
 except ImportError:  # pytest without nbval (e.g. only the unit tests): nothing to patch
@@ -33,6 +35,21 @@ def _expected_cost(item) -> int:
     if "/tests/browser/" in path:
         return 0
     return 1 if path.endswith(".ipynb") else 2
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # before xdist's own; a no-op without xdist
+def pytest_xdist_make_scheduler(config, log):
+    """Under ``--dist loadfile``: every browser test file on one worker, so one JupyterLab server and one
+    Chromium serve them all (each start costs a few seconds of CPU); other files are scheduled one per file."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class OneBrowserSession(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "tests/browser" if nodeid.startswith("tests/browser/") else super()._split_scope(nodeid)
+
+    return OneBrowserSession(config, log)
 
 
 def pytest_collection_modifyitems(items: list) -> None:
