@@ -2,9 +2,9 @@
 
 ``memviz.widgets.dashboard(backend="sim", device="T4", cap="2 GiB")`` composes everything on one lab
 (``streams=True`` adds the side-stream, ``record_stream``, ``MemPool`` and CUDA-graph controls; the segment map
-groups its rows by pool and stream); each
-piece also works alone in a lesson (``SegmentMap(lab)``, ``MemoryGauges(lab)``, ``Timeline(lab)``): call
-``.refresh()`` after changing the lab, or ``.watch()`` to refresh after every cell. For a recorded run:
+groups its rows by pool and stream); each piece also works alone in a lesson (``SegmentMap(lab)``,
+``MemoryGauges(lab)``, ``Timeline(lab)``): call ``.refresh()`` after changing the lab, or ``.watch()`` to
+refresh after every cell. For a recorded run:
 ``SnapshotViewer("my_run.pickle")`` scrubs its events, ``WhatIfTable("my_run.pickle", configs)`` replays it
 under other allocator configs. ``fit_panel(train)`` predicts a program's memory as its arguments and the
 target GPU change (:mod:`memviz.widgets.fit_panel`).
