@@ -9,15 +9,18 @@ size, blocks' size and state) must equal the recording's.
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Callable, Iterator
 from importlib.resources import files
+from pathlib import Path
 
 import pytest
 
 from memviz.lab import Lab
 
 RECORDED = json.loads(files("memviz.data").joinpath("h200_streams.json").read_text())
+FULL_RECORDINGS = Path(__file__).parent / "data" / "streams"  # scripts/record_streams.py's files (streams-truth)
 WORKSPACE = "32 MiB"  # cuBLAS's workspace on the H200, per stream (the recording's 32 MiB blocks)
 TENSOR = "4 MiB"  # a 1024 x 1024 float32 tensor
 
@@ -110,3 +113,18 @@ def test_the_lab_on_the_simulator_is_the_h200_after_every_phase(program):
         assert state(lab, keys) == recorded_state(phase), name
         names.append(name)
     assert len(names) == len(phases)
+
+
+@pytest.mark.parametrize("config", ["default", "expandable"])
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_every_stat_key_and_segment_equals_the_full_recording(program, config):
+    path = FULL_RECORDINGS / f"{program}-{config}.json.gz"
+    if not path.exists():
+        pytest.skip(f"{path.name} is not in tests/data/streams/ yet")
+    data = json.loads(gzip.decompress(path.read_bytes()))
+    names = {sid: name for name, sid in data["streams"].items()}
+    lab = Lab(backend="sim", device="H200", alloc_conf=data["alloc_conf"])
+    for name, phase in zip(PROGRAMS[program](lab), data["phases"], strict=True):
+        segments = [{**s, "stream": names[s["stream"]]} for s in phase["snapshot"]["segments"]]
+        want = recorded_state({"stats": phase["stats"], "segments": segments})
+        assert state(lab, list(phase["stats"])) == want, name
