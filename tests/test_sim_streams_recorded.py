@@ -23,7 +23,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from memviz.sim import CachingAllocator
 from memviz.snapshots import SnapshotHistory, check_fidelity
+from memviz.snapshots.settings import settings_from_snapshot
 
 DATA = Path(__file__).resolve().parent / "data" / "streams"
 RECORDINGS = sorted(DATA.glob("*.json.gz"))
@@ -102,6 +104,35 @@ def test_recording_replays_exactly(path: Path) -> None:
     assert out["report"].exact, out["report"].describe()
     assert [name for name, ok, _, _ in out["phases"] if not ok] == []
     assert out["stats_diff"] == {}
+
+
+SETTINGS_CALLS = ("max_split_size_mb:64", "roundup_power2_divisions:4", "garbage_collection_threshold:0.5",
+                  "expandable_segments:True", "max_split_size_mb:40", "")  # record_streams.py's allocator_settings
+
+
+@pytest.mark.parametrize("path", [p for p in RECORDINGS if p.name.startswith("allocator_settings-")],
+                         ids=lambda p: p.name.removesuffix(".json.gz"))
+def test_set_allocator_settings_keeps_what_torch_keeps(path: Path) -> None:
+    """The simulator's own ``set_allocator_settings`` against the H200's: after each call the options in force
+    (the snapshot's allocator_settings) and the segment a 21 MiB + 1 B request gets. torch resets max_split_size,
+    roundup_power2_divisions and garbage_collection_threshold on every call; expandable_segments stays on."""
+    rec = load(path)
+    a = CachingAllocator(rec["total_bytes"], None, rec["alloc_conf"])
+    phases = {p["name"]: p for p in rec["phases"]}
+    seen = []
+    for conf in SETTINGS_CALLS:
+        a.set_allocator_settings(conf)
+        ptr = a.malloc(21 * (1 << 20) + 1)
+        real = phases[f"_set_allocator_settings({conf!r}), 21 MiB + 1 B"]
+        want = settings_from_snapshot({"allocator_settings": real["allocator_settings"]})
+        got = settings_from_snapshot(a.snapshot(record=False))
+        assert got == want, conf
+        assert [(s["total_size"], s["is_expandable"]) for s in a.segments()] == \
+            [(s["total_size"], s["is_expandable"]) for s in real["segments"]], conf
+        seen.append(want.expandable_segments)
+        a.free(ptr)
+        a.empty_cache()
+    assert seen[-2:] == [True, True]  # the calls after expandable_segments:True left it on
 
 
 def _main(argv: list[str]) -> None:

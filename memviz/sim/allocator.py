@@ -43,7 +43,7 @@ from memviz.errors import InputError, InputTypeError, InvalidFreeError, OutOfMem
 from . import rules
 from .addresses import AddressSpace
 from .blocks import ADDR_BITS, Block, BlockPool, Segment
-from .config import AllocatorConfig, parse_alloc_conf
+from .config import AllocatorConfig, option_names, parse_alloc_conf
 from .constants import (
     MIN_BLOCK_SIZE,
     MIN_LARGE_ALLOC,
@@ -291,17 +291,30 @@ class CachingAllocator:
     def set_allocator_settings(self, settings: str) -> None:
         """Re-read the allocator options at run time (``torch.cuda.memory._set_allocator_settings``).
 
-        As on the H200 (torch 2.11): every call parses ``settings`` afresh, so an option it does not name
-        goes back to its default (``"max_split_size_mb:64"`` then ``"roundup_power2_divisions:4"`` leaves
-        no max_split_size). It applies to the requests after it; segments already made stay as they are (an
-        expandable segment made before ``expandable_segments:False`` is then skipped by best fit, as torch
-        does). ``memory_stats()["max_split_size"]`` keeps the value from construction, as torch's does;
-        ``per_process_memory_fraction`` acts only at construction.
+        As torch 2.11's ``AcceleratorAllocatorConfig::parseArgs`` does (and the H200 recordings of
+        tests/data/streams show): every call resets ``max_split_size_mb``, ``roundup_power2_divisions`` and
+        ``garbage_collection_threshold`` unless it names them (``"max_split_size_mb:64"`` then
+        ``"roundup_power2_divisions:4"`` leaves no max_split_size); every other option keeps its value unless
+        named (``expandable_segments:True``, from the environment or an earlier call, stays on through
+        ``"max_split_size_mb:40"`` and ``""``). It applies to the requests after it; segments already made stay
+        as they are (an expandable segment made before ``expandable_segments:False`` is then skipped by best
+        fit, as torch does). ``memory_stats()["max_split_size"]`` keeps the value from construction, as
+        torch's does; ``per_process_memory_fraction`` acts only at construction.
 
         Raises:
             AllocatorConfigError: ``settings`` is malformed; the settings in force stay.
         """
         cfg = parse_alloc_conf(settings)
+        named, prev = option_names(settings), self.config
+        if "expandable_segments" not in named:
+            cfg.expandable_segments = prev.expandable_segments
+        if "large_segment_size_mb" not in named:
+            cfg.large_segment_size = prev.large_segment_size
+        if "max_non_split_rounding_mb" not in named:
+            cfg.max_non_split_rounding_size = prev.max_non_split_rounding_size
+        if "per_process_memory_fraction" not in named:
+            cfg.per_process_memory_fraction = prev.per_process_memory_fraction
+        cfg.other = {**prev.other, **cfg.other}
         self.settings_changed = True
         self.config = cfg
         self._max_split_size = cfg.max_split_size

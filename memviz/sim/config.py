@@ -91,6 +91,20 @@ def tokenize(conf: str) -> list[str]:
     return tokens
 
 
+def option_names(conf: str) -> set[str]:
+    """The option names a config string sets (each token before a ``:`` at the top level, outside ``[...]``)."""
+    toks = tokenize(conf)
+    names, depth = set(), 0
+    for j, tok in enumerate(toks):
+        if tok == "[":
+            depth += 1
+        elif tok == "]":
+            depth -= 1
+        elif depth == 0 and j + 1 < len(toks) and toks[j + 1] == ":" and (j == 0 or toks[j - 1] == ","):
+            names.add(tok)
+    return names
+
+
 class _Tokens:
     """Index-checked access to the token list, with torch's error texts."""
 

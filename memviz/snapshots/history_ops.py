@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memviz.sim import Op
+from memviz.sim.constants import MiB
 from memviz.sim.pools import DEFAULT_POOL, PoolId
 from memviz.sim.replay import (
     BEGIN_POOL,
@@ -43,6 +44,7 @@ from memviz.sim.replay import (
 
 if TYPE_CHECKING:
     from .history import SnapshotHistory
+    from .settings import RecordedSettings
 
 __all__ = ["compile_requests"]
 
@@ -62,6 +64,17 @@ def compile_requests(history: SnapshotHistory, allowed_bytes: int | None = None)
     Runtime complexity: O(n) for n events (plus :func:`~memviz.snapshots.history_pools.assign_pools`).
     """
     return _Compiler(history, allowed_bytes).run()
+
+
+def _full_conf(settings: RecordedSettings) -> str:
+    """``settings`` as a ``_set_allocator_settings`` string that names every option a call would otherwise keep
+    (torch resets only max_split_size, roundup_power2_divisions and garbage_collection_threshold)."""
+    explicit = [f"expandable_segments:{settings.expandable_segments}",
+                f"large_segment_size_mb:{settings.large_segment_size // MiB}",
+                f"max_non_split_rounding_mb:{settings.max_non_split_rounding_size // MiB}"]
+    rest = [part for part in settings.alloc_conf().split(",") if part and not part.startswith(
+        ("expandable_segments:", "large_segment_size_mb:", "max_non_split_rounding_mb:"))]
+    return ",".join(explicit + rest)
 
 
 class _Compiler:
@@ -106,7 +119,7 @@ class _Compiler:
     def run(self) -> tuple[list[Op], list[int]]:
         history, events = self.history, self.events
         initial_pool = self.pools.initial_pool
-        changes = [(at, settings.alloc_conf()) for at, settings in history.settings_changes]
+        changes = [(at, _full_conf(settings)) for at, settings in history.settings_changes]
         if changes and changes[0][0] == 0:
             self.emit(Op(SET_SETTINGS, changes.pop(0)[1]), -1)
         for b in history.initial_blocks:
