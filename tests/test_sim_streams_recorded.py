@@ -5,7 +5,8 @@ it was recorded), compacted: the final trace once, and after each phase the segm
 trace length and torch's own ``memory_stats()``. Each recording replays through
 ``memviz.snapshots.check_fidelity`` (the final snapshot, with the phases' snapshots naming the pools of
 segments gone by the end) and must match the real allocator: every request's reserved and allocated bytes
-and the sampled segment states, each phase's reserved and allocated bytes, and the final counters.
+and the sampled segment states, each phase's reserved and allocated bytes, and the final ``memory_stats()``
+(all 122 keys but ``num_sync_all_streams``).
 
     python3 tests/test_sim_streams_recorded.py compact RAW_DIR   # write tests/data/streams/ from a run's output
     python3 tests/test_sim_streams_recorded.py report            # what matches, recording by recording
@@ -31,10 +32,9 @@ DATA = Path(__file__).resolve().parent / "data" / "streams"
 RECORDINGS = sorted(DATA.glob("*.json.gz"))
 #: the memory cap a program set before its first allocation (record_streams.py), as a fraction's numerator
 CAPS_BYTES = {"record_stream_oom": 2 << 30}
-STAT_KEYS = [f"{what}.{pool}.{kind}" for what in ("reserved_bytes", "allocated_bytes", "active_bytes", "segment",
-                                                 "inactive_split_bytes", "requested_bytes")
-             for pool in ("all", "small_pool", "large_pool") for kind in ("current", "peak")]
-STAT_KEYS += ["num_device_alloc", "num_device_free", "num_alloc_retries", "num_ooms"]
+#: memory_stats() keys not compared: an empty_cache() that released nothing (torch.cuda.graph's own, one while
+#: every pool is held) leaves no trace entry, so the replay cannot count its synchronize
+UNREPLAYABLE_STATS = ("num_sync_all_streams",)
 
 
 def compact(raw: dict[str, Any]) -> dict[str, Any]:
@@ -90,8 +90,8 @@ def evaluate(rec: dict[str, Any]) -> dict[str, Any]:
         want = (p["stats"]["reserved_bytes.all.current"], p["stats"]["allocated_bytes.all.current"])
         phases_ok.append((p["name"], got == want, got, want))
     replayed = result.allocator.memory_stats()
-    stats_diff = {k: (replayed.get(k), last["stats"].get(k)) for k in STAT_KEYS
-                  if replayed.get(k) != last["stats"].get(k)}
+    stats_diff = {k: (replayed.get(k), want) for k, want in last["stats"].items()
+                  if k not in UNREPLAYABLE_STATS and replayed.get(k) != want}
     return {"report": report, "phases": phases_ok, "stats_diff": stats_diff, "inferred": history.pools.inferred,
             "exact": report.exact and all(ok for _, ok, _, _ in phases_ok) and not stats_diff}
 
