@@ -28,8 +28,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # memviz from this checkout, also in the --replay-one subprocesses
+
+from memviz.units import MiB  # noqa: E402  (after the path line)
+
 WORKLOAD = ROOT / "notebooks" / "data" / "workload_default.pickle"
-MiB = 2**20
 #: (PYTORCH_CUDA_ALLOC_CONF, cap in bytes or None): lesson 9's recorded-config check, its 6000 MiB what-if
 #: and its 6 GiB exercise
 REPLAYS = (("", None), ("expandable_segments:True", None), ("", 6000 * MiB),
@@ -184,7 +187,6 @@ def main() -> int:
     parser.add_argument("--skip-notebooks", action="store_true", help="only the what-if replays")
     parser.add_argument("--replay-one", nargs=2, metavar=("ALLOC_CONF", "CAP_BYTES"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    sys.path.insert(0, str(ROOT))
     if args.replay_one:
         conf, cap = args.replay_one
         print(json.dumps(replay_real(conf, int(cap) or None)))
