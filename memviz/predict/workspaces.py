@@ -79,7 +79,7 @@ def _flash_backward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> N
 
 def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, ...], stride: tuple[int, ...],
                          element_bytes: int, input_bytes: int, output_bytes: int, weight_bytes: int,
-                         output_pixels: int = 0) -> int:
+                         output_pixels: int = 0, batch: int = 1) -> int:
     """cuDNN's workspace request in bytes for one 2-D convolution pass (``"forward"``, ``"backward_input"``,
     ``"backward_weight"``) with ``torch.backends.cudnn.benchmark=False``; ``output_pixels`` is N·H_out·W_out.
 
@@ -106,8 +106,7 @@ def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, .
     unaligned = (c_in * element_bytes) % 16 != 0
     input_pixels = input_bytes // (c_in * element_bytes)
     if pointwise and unit_stride:
-        return min(64 * weight_bytes, input_bytes + output_bytes + 4 * weight_bytes) \
-            if phase == "backward_weight" else 0
+        return _pointwise_bytes(phase, c_in, c_out, input_bytes, output_bytes, weight_bytes, output_pixels, batch)
     if (unaligned and unit_stride and element_bytes == 4 and phase == "backward_weight"
             and output_pixels <= 1 << 17):
         return _round(c_in * element_bytes, 16) * input_pixels + output_bytes
@@ -121,6 +120,8 @@ def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, .
         return input_bytes + weight_bytes
     if phase == "forward" and not pointwise and not unaligned and c_in <= 64 and c_out > c_in and element_bytes == 4:
         return input_bytes + weight_bytes
+    if pointwise and phase == "backward_weight" and not unaligned:  # strided 1×1: the weight needs no copy
+        return input_bytes + output_bytes + (min(8 << 20, 64 * weight_bytes) if weight_bytes < 4 << 20 else 0)
     if unaligned and phase == "backward_weight" and not unit_stride:
         return _unaligned_strided_backward_weight_bytes(c_in, c_out, kernel, element_bytes, input_bytes,
                                                         output_bytes, output_pixels)
@@ -133,6 +134,23 @@ def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, .
         else:
             workspace += min(14, max(1, (8 << 20) // weight_bytes)) * weight_bytes
     return workspace
+
+
+def _pointwise_bytes(phase: str, c_in: int, c_out: int, input_bytes: int, output_bytes: int, weight_bytes: int,
+                     output_pixels: int, batch: int) -> int:
+    """A 1×1 stride-1 convolution (a GEMM over the N·H·W pixels).
+
+    Backward-weight takes the smaller of two plans: the reduction split per image, one fp32 partial
+    weight per image (N·c_out·c_in·4 bytes), or the channels-last path, input + output + weight.
+    Forward and backward-input need nothing, except between 512 and ≥ 2048 channels on at most 8×8
+    pixels, where cuDNN goes channels-last: input + output (a 1×1 weight is the same in either layout).
+    Fitted on the probes' batches 1/16/32/64/128/256 (``h200_probe.json.gz``, ``h200_probe2.json.gz``),
+    checked on 96/192 and on the 20²/40² grid (``tests/test_predict_workspaces.py``)."""
+    if phase == "backward_weight":
+        return min(batch * c_out * c_in * 4, input_bytes + output_bytes + weight_bytes)
+    if max(c_in, c_out) >= 2048 and output_pixels <= 64 * batch:
+        return input_bytes + output_bytes
+    return 0
 
 
 def _unaligned_strided_backward_weight_bytes(c_in: int, c_out: int, kernel: tuple[int, ...], element_bytes: int,
@@ -169,7 +187,7 @@ def _conv_forward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> Non
     else:
         c_in, c_out, kernel, stride, es, i_bytes, w_bytes = geom
         _cudnn_workspace(s, conv_workspace_bytes("forward", c_in, c_out, kernel, stride, es, i_bytes, out.numel() * es,
-                                           w_bytes, out.numel() // c_out), "cudnn_convolution")
+                                                 w_bytes, out.numel() // c_out, args[0].size(0)), "cudnn_convolution")
 
 
 def _conv_backward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
@@ -186,7 +204,7 @@ def _conv_backward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> No
         elif geom is not None:
             c_in, c_out, kernel, stride, es, i_bytes, w_bytes = geom
             nbytes = conv_workspace_bytes(phase, c_in, c_out, kernel, stride, es, i_bytes, grad_out.numel() * es,
-                                          w_bytes, grad_out.numel() // c_out)
+                                          w_bytes, grad_out.numel() // c_out, inp.size(0))
             _cudnn_workspace(s, nbytes, "cudnn_convolution_backward")
 
 
