@@ -83,14 +83,16 @@ def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, .
     """cuDNN's workspace request in bytes for one 2-D convolution pass (``"forward"``, ``"backward_input"``,
     ``"backward_weight"``) with ``torch.backends.cudnn.benchmark=False``; ``output_pixels`` is N·H_out·W_out.
 
-    Measured on the H200 (cuDNN 9.19, ``tests/data/fit/h200_probe.json.gz``: 696 geometries of
-    ResNet-18/50 and a VGG-style net at batches 1/16/64, fp32 and bf16). cuDNN's heuristics pick engines
-    that transform the operands to channels-last, so the workspace is about one copy of each operand
+    Measured on the H200 (cuDNN 9.19, ``tests/data/fit/``: ``h200_probe.json.gz``, 696 geometries of
+    ResNet-18/50 and a VGG-style net at batches 1/16/64, and ``h200_probe2.json.gz``, the 72 convolutions
+    of the recorded programs plus 8 grid sizes at batches 32/96/128/192/256; fp32 and bf16; fitted on all
+    but batches 96/192 and the grid, which check the rules). cuDNN's heuristics pick engines that
+    transform the operands to channels-last, so the workspace is about one copy of each operand
     (input + output + weight); backward-weight adds split-K partial weights: as many weights as fit in
     8 MiB, between 1 and 14 (independent of the spatial size). Where the measurements show a cheaper engine:
 
-    - 1×1 stride 1 is a plain GEMM: none forward and backward-input; backward-weight keeps 64 split-K
-      slices of the weight (at most input + output + 4 weights);
+    - 1×1 stride 1 (a GEMM): :func:`_pointwise_bytes`; 1×1 strided backward-weight: input + output (a 1×1
+      weight is the same in either layout) + min(8 MiB, 64 weights) below 4 MiB weights;
     - input channels not 16-byte aligned (an RGB stem): at stride 1 a direct kernel (none in fp32, none
       forward in bf16, except fp32 backward-weight over ≤ 2^17 output pixels: the input padded to 16-byte
       pixels + the output); fp32 backward-input none; in bf16 the channels-last input is padded to 8 channels,
