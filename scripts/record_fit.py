@@ -12,9 +12,9 @@ named by ``--parts`` (default ``plan,chains,probe``, what ``tests/data/fit/`` wa
 - ``probe``: cuDNN convolution workspaces per geometry, forward / backward-data / backward-weight, fp32
   and bf16 at batches 1/16/64, and cuBLAS's workspaces per thread (main thread, autograd's thread);
 - ``probe2``: the extended convolution probe, one process per (batch, dtype) shard: every convolution of
-  the recorded programs (ResNet-18/50 at 224² and 160², the VGG-style convnet at widths 64 and 32) and a
-  few 3×3 sizes no program has (20², 40²), at batches 32/128/256 (and 96/192, held out), fp32 and bf16,
-  each request's size;
+  the recorded programs (ResNet-18/50 at 224² and 160², the VGG-style convnet at widths 64 and 32), a
+  few 3×3 sizes no program has (20², 40²) and 4 patchify stems (added after the second recording), at
+  batches 32/128/256 (and 96/192, held out), fp32 and bf16, each request's size;
 - ``heldout`` / ``heldout-chains``: ``HELDOUT`` and ``HELDOUT_CHAINS``, the programs of
   ``memviz/predict/heldout.py`` (never used to fit the predictor) and of programs.py at sizes never
   recorded, under default and expandable segments, caps near the predicted cliff, largest-batch searches.
@@ -333,9 +333,9 @@ PROBE2_DTYPES = ("float32", "bfloat16")
 
 
 def conv_geometries() -> list[dict]:
-    """Every distinct 2-D convolution of the recorded programs, with the input size it runs at, and a few
-    3×3 sizes no program has: ``{"c_in", "c_out", "k", "stride", "pad", "hw", "bias", "sources"}``, the
-    programs' own first (the convnet, ResNet-18/50 at 224², at 160²), then the extra sizes."""
+    """Every distinct 2-D convolution of the recorded programs, with the input size it runs at, a few 3×3
+    sizes no program has, and patchify stems (kernel = stride): ``{"c_in", "c_out", "k", "stride", "pad",
+    "hw", "bias", "sources"}``, the programs' own first (the convnet, ResNet-18/50 at 224², at 160²)."""
     import torch
 
     ResNet = _programs().ResNet
@@ -368,6 +368,9 @@ def conv_geometries() -> list[dict]:
     for c in (64, 128, 256, 512):
         for hw in (20, 40):
             add(c, c, 3, 1, 1, hw, False, "grid")
+    # patchify stems (ViT 16×16, ConvNeXt/Swin 4×4): the held-out ViT showed the RGB-stem rules do not carry
+    for c_out, k in ((384, 16), (768, 16), (96, 4), (128, 4)):
+        add(3, c_out, k, k, 0, 224, True, "patchify")
     return list(found.values())
 
 

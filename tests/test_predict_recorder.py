@@ -51,6 +51,7 @@ def test_probe_geometries_cover_the_programs_convolutions(recorder):
     # ResNet-50's 1×1 downsample at 224² and 160² (its input is the 56² / 40² map)
     assert {(64, 256, 1, 1, 56, False), (64, 256, 1, 1, 40, False)} <= keys
     assert sum("grid" in g["sources"] for g in geoms) == 8
+    assert {(3, 384, 16, 16, 224, True), (3, 96, 4, 4, 224, True)} <= keys  # patchify stems
 
 
 def test_dry_run_lists_only_the_parts_asked(tmp_path):
