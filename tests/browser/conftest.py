@@ -101,10 +101,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if Path(item.path).parent == HERE or HERE in Path(item.path).parents:
             item.add_marker(pytest.mark.browser)
-            # One rerun (pytest-rerunfailures), reported as a rerun: in about one run of four a plotly
-            # FigureWidget view in headless Chromium comes up blank (no traces, no title; seen on the fit
-            # panel's area and once on the dashboard), a known bug still open. A second failure fails.
-            item.add_marker(pytest.mark.flaky(reruns=1, reruns_delay=1))
 
 
 @pytest.hookimpl(wrapper=True)
