@@ -13,8 +13,9 @@ named by ``--parts`` (default ``plan,chains,probe``, what ``tests/data/fit/`` wa
   and bf16 at batches 1/16/64, and cuBLAS's workspaces per thread (main thread, autograd's thread);
 - ``probe2``: the extended convolution probe, one process per (batch, dtype) shard: every convolution of
   the recorded programs (ResNet-18/50 at 224² and 160², the VGG-style convnet at widths 64 and 32), a
-  few 3×3 sizes no program has (20², 40²) and 4 patchify stems (added after the second recording), at
-  batches 32/128/256 (and 96/192, held out), fp32 and bf16, each request's size;
+  few 3×3 sizes no program has (20², 40²), and (added after the second recording) 4 patchify stems and 4
+  3×3 stride-2 RGB stems, at batches 32/128/256 (and 96/192, held out), fp32 and bf16, each request's size
+  (``--probe-sources patchify,stem-s2`` for only some);
 - ``heldout`` / ``heldout-chains``: ``HELDOUT`` and ``HELDOUT_CHAINS``, the programs of
   ``memviz/predict/heldout.py`` (never used to fit the predictor) and of programs.py at sizes never
   recorded, under default and expandable segments, caps near the predicted cliff, largest-batch searches.
@@ -368,16 +369,20 @@ def conv_geometries() -> list[dict]:
     for c in (64, 128, 256, 512):
         for hw in (20, 40):
             add(c, c, 3, 1, 1, hw, False, "grid")
-    # patchify stems (ViT 16×16, ConvNeXt/Swin 4×4): the held-out ViT showed the RGB-stem rules do not carry
+    # RGB stems the first two recordings lacked (the held-out ViT and MobileNetV2 showed the 7×7/2 and 3×3/1
+    # stem rules do not carry): patchify stems (ViT 16×16, ConvNeXt/Swin 4×4) and 3×3 stride-2 stems
     for c_out, k in ((384, 16), (768, 16), (96, 4), (128, 4)):
         add(3, c_out, k, k, 0, 224, True, "patchify")
+    for c_out, hw in ((32, 224), (64, 224), (32, 160), (24, 192)):
+        add(3, c_out, 3, 2, 1, hw, False, "stem-s2")
     return list(found.values())
 
 
-def probe_conv(batch: int, dtype_name: str, deadline_s: float) -> dict:
+def probe_conv(batch: int, dtype_name: str, deadline_s: float, sources: set[str] | None = None) -> dict:
     """cuDNN's requests for every geometry of :func:`conv_geometries` at one batch and dtype
     (``cudnn.benchmark=False``, the default): forward, backward-input, backward-weight alone, and the
-    call autograd makes (every gradient at once); each request's size from the allocator's trace."""
+    call autograd makes (every gradient at once); each request's size from the allocator's trace. ``sources``:
+    only the geometries with one of these sources (all when None)."""
     import torch
 
     dtype = getattr(torch, dtype_name)
@@ -409,6 +414,8 @@ def probe_conv(batch: int, dtype_name: str, deadline_s: float) -> dict:
 
     stop_at = time.perf_counter() + deadline_s
     for geom in conv_geometries():
+        if sources is not None and not sources & set(geom["sources"]):
+            continue
         if time.perf_counter() > stop_at:
             out["truncated"] = True
             break
@@ -512,6 +519,8 @@ def main() -> None:
     ap.add_argument("--to", type=Path)
     ap.add_argument("--probe", action="store_true")
     ap.add_argument("--probe2", help="one shard of the extended probe: BATCH-DTYPE (e.g. 128-float32)")
+    ap.add_argument("--probe-sources", help="probe2: only geometries of these comma-separated sources "
+                                             "(e.g. patchify,stem-s2); default all")
     ap.add_argument("--dry-run", action="store_true", help="list what would run, start nothing")
     args = ap.parse_args()
     if args.one:
@@ -523,7 +532,8 @@ def main() -> None:
     if args.probe or args.probe2:
         if args.probe2:
             batch, dtype = args.probe2.split("-")
-            result = probe_conv(int(batch), dtype, args.deadline_s)
+            sources = set(args.probe_sources.split(",")) if args.probe_sources else None
+            result = probe_conv(int(batch), dtype, args.deadline_s, sources)
         else:
             result = probe()
         with gzip.open(args.to, "wt") as f:
@@ -539,8 +549,10 @@ def main() -> None:
     probes = (["probe"] if "probe" in parts else []) + \
         ([f"{b}-{d}" for b in PROBE2_BATCHES for d in PROBE2_DTYPES] if "probe2" in parts else [])
     if args.dry_run:
+        wanted = set(args.probe_sources.split(",")) if args.probe_sources else None
+        geometries = sum(wanted is None or bool(wanted & set(g["sources"])) for g in conv_geometries())
         print(json.dumps({"runs": [r["id"] for r in runs], **{k: [c[0] for c in v] for k, v in chains.items()},
-                          "probes": probes}, indent=1))
+                          "probes": probes, "probe2_geometries": geometries if "probe2" in parts else 0}, indent=1))
         return
     out = args.out
     (out / "runs").mkdir(parents=True, exist_ok=True)
@@ -550,6 +562,8 @@ def main() -> None:
     for name in probes:
         to = out / "probe.json.gz" if name == "probe" else out / "probe2" / f"{name}.json.gz"
         flag = ["--probe"] if name == "probe" else ["--probe2", name, "--deadline-s", str(args.deadline_s)]
+        if name != "probe" and args.probe_sources:
+            flag += ["--probe-sources", args.probe_sources]
         err = (out / f"probe-{name}.err").open("w")
         probe_procs.append((subprocess.Popen([sys.executable, __file__, *flag, "--to", str(to)],
                                              env=dict(os.environ, PYTHONPATH=str(ROOT)), stderr=err), err))

@@ -52,9 +52,10 @@ def test_probe_geometries_cover_the_programs_convolutions(recorder):
     assert {(64, 256, 1, 1, 56, False), (64, 256, 1, 1, 40, False)} <= keys
     assert sum("grid" in g["sources"] for g in geoms) == 8
     assert {(3, 384, 16, 16, 224, True), (3, 96, 4, 4, 224, True)} <= keys  # patchify stems
+    assert sum("stem-s2" in g["sources"] for g in geoms) == 4
 
 
-def test_dry_run_lists_only_the_parts_asked(tmp_path):
+def test_dry_run_lists_only_the_parts_asked(recorder):
     def dry(parts: str) -> dict:
         out = subprocess.run([sys.executable, str(SCRIPT), "--parts", parts, "--dry-run"], capture_output=True,
                              text=True, check=True).stdout
@@ -65,6 +66,11 @@ def test_dry_run_lists_only_the_parts_asked(tmp_path):
     assert sorted(new["probes"]) == sorted(f"{b}-{d}" for b in (32, 128, 256, 96, 192) for d in ("float32", "bfloat16"))
     old = dry("plan,chains,probe")
     assert old["probes"] == ["probe"] and old["heldout_chains"] == [] and "resnet18-b64" in old["runs"]
+    assert new["probe2_geometries"] == len(recorder.conv_geometries())
+    some = json.loads(subprocess.run([sys.executable, str(SCRIPT), "--parts", "probe2", "--probe-sources",
+                                      "patchify,stem-s2", "--dry-run"], capture_output=True, text=True,
+                                     check=True).stdout)
+    assert some["probe2_geometries"] == 8 and some["runs"] == []
     bad = subprocess.run([sys.executable, str(SCRIPT), "--parts", "plan,nope", "--dry-run"], capture_output=True,
                          text=True)
     assert bad.returncode == 2 and "nope" in bad.stderr
