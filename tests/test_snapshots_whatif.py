@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from memviz.snapshots import SnapshotError, SnapshotHistory, check_fidelity, replay, what_if
+from memviz.snapshots import SnapshotError, SnapshotHistory, check_fidelity, load_snapshot, replay, what_if
 from memviz.units import GiB, MiB
 
 DATA = Path(__file__).parent / "data" / "snapshots"
@@ -119,6 +119,20 @@ def test_a_fidelity_report_that_differs_says_where():
         f"reserved bytes at {fid.events_compared - 1} of {fid.events_compared} requests (first difference at "
         f"event 1,234), allocated bytes at {fid.events_compared} of {fid.events_compared} requests"
     )
+
+
+def test_fidelity_compares_the_final_state_too():
+    """What follows the last request shows only in the final snapshot: a final state the trace does not lead to
+    (here one free block recorded as allocated) is not exact, though every request and sample matched."""
+    snap = load_snapshot(DATA / "train_snapshot.pickle")
+    assert check_fidelity(snap, progress=False).final_state_matches
+    block = next(b for s in snap["segments"] for b in s["blocks"] if b["state"] == "inactive")
+    block["state"] = "active_allocated"
+    fid = check_fidelity(snap, progress=False)
+    assert fid.reserved_matches == fid.allocated_matches == fid.events_compared
+    assert fid.states_matching == fid.states_compared
+    assert not fid.final_state_matches and not fid.exact
+    assert fid.describe().endswith("requests; the segments at the end differ")
 
 
 def test_train_snapshot_fidelity_and_errors():

@@ -328,6 +328,8 @@ class FidelityReport:
         states_compared / states_matching: sampled events at which the segments (sizes, block sizes
             and states; addresses differ by design) were compared, and how many matched.
         first_state_mismatch: the first sampled event whose segments differed, or None.
+        final_state_matches: whether the segments after the whole replay are the recording's final ones
+            (what follows the last request, such as an ``empty_cache()``, shows only there).
         recorded_peak_reserved_bytes / replayed_peak_reserved_bytes: the two peaks.
         result: the replay itself.
     """
@@ -341,15 +343,16 @@ class FidelityReport:
     states_compared: int
     states_matching: int
     first_state_mismatch: int | None
+    final_state_matches: bool
     recorded_peak_reserved_bytes: int
     replayed_peak_reserved_bytes: int
     result: ReplayResult = field(repr=False)
 
     @property
     def exact(self) -> bool:
-        """True when every compared event and every sampled state matched."""
+        """True when every compared event, every sampled state and the final state matched."""
         return (self.reserved_matches == self.allocated_matches == self.events_compared
-                and self.states_matching == self.states_compared)
+                and self.states_matching == self.states_compared and self.final_state_matches)
 
     def describe(self) -> str:
         """Return one sentence: does replaying under the recorded config reproduce the recording, and how many
@@ -361,13 +364,14 @@ class FidelityReport:
             return f"{what} at {ok:,} of {total:,} {unit}{where}"
 
         verdict = "reproduces" if self.exact else "does not reproduce"
+        final = "" if self.final_state_matches else "; the segments at the end differ"
         return (f"replaying under the recorded config ({self.alloc_conf or 'default'}) {verdict} the recording: "
                 + matched("segment states match", self.states_matching, self.states_compared, "sampled events",
                           self.first_state_mismatch) + ", "
                 + matched("reserved bytes", self.reserved_matches, self.events_compared, "requests",
                           self.first_reserved_mismatch) + ", "
                 + matched("allocated bytes", self.allocated_matches, self.events_compared, "requests",
-                          self.first_allocated_mismatch))  # fmt: skip
+                          self.first_allocated_mismatch) + final)  # fmt: skip
 
 
 def check_fidelity(
@@ -431,6 +435,7 @@ def check_fidelity(
         first_allocated_mismatch=first_a,
         states_compared=state["compared"],
         states_matching=state["matching"],
+        final_state_matches=_signature(result.allocator.segments()) == _signature(history.final_segments),
         first_state_mismatch=state["first"],
         recorded_peak_reserved_bytes=recorded_peaks(history)[0],
         replayed_peak_reserved_bytes=result.peak_reserved_bytes,
