@@ -59,3 +59,18 @@ def test_an_add_inside_one_backward_formula_is_left_alone() -> None:
         Twice.apply(torch.relu(x)).sum().backward()
 
     assert ("add.Tensor", 64 * 256 * 4) in _backward_adds(program)
+
+
+def test_linear_on_a_transposed_input_adds_its_bias_in_place() -> None:
+    """``at::linear``'s unfused path (``matmul``, then the bias added in place) — out of place under a
+    dispatch mode unless the predictor does it as the GPU does."""
+    def program() -> None:
+        w = torch.randn(512, 256, device="cuda", requires_grad=True)
+        b = torch.randn(512, device="cuda", requires_grad=True)
+        x = torch.randn(32, 64, 256, device="cuda").transpose(0, 1)  # not contiguous
+        torch.nn.functional.linear(x, w, b).sum().backward()
+
+    p = memviz.predict(program, device="H200")
+    forward = [(e.op, e.nbytes) for e in p.events if e.action == "alloc" and e.phase != "backward"]
+    assert ("mm.default", 64 * 32 * 512 * 4) in forward
+    assert not any(op.startswith("add") for op, _ in forward), forward

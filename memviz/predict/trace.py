@@ -611,6 +611,22 @@ def _tensor_backward(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
         s.set_phase("other" if previous == "forward" else previous)
 
 
+def _linear(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
+    """``F.linear``. ``at::linear`` takes ``addmm`` for a 2-D input and a flattened ``addmm`` for a contiguous
+    one; otherwise (a transposed input, as ``nn.MultiheadAttention`` with ``batch_first`` makes) it runs
+    ``matmul`` and adds the bias in place — but out of place whenever a dispatch mode is active (it takes the
+    mode for a tensor subclass), one output-sized temporary the GPU never allocates. Done here as on the GPU
+    (under autocast the bias is added in its own dtype, without autocast's cast copy of a few KiB)."""
+    inp, weight = args[0], args[1]
+    bias = args[2] if len(args) > 2 else kwargs.get("bias")
+    if not s.any_device(args, kwargs):
+        return func(*args, **kwargs)
+    with s.on_device():
+        if bias is None or inp.dim() == 2 or inp.is_contiguous():
+            return func(*args, **kwargs)
+        return torch.matmul(inp, weight.t()).add_(bias)
+
+
 def _pass_through(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
     return args[0]
 
@@ -653,6 +669,7 @@ _SPECIAL: dict[Any, Callable[[Session, Any, tuple, dict], Any]] = {
     torch.Tensor.backward: _tensor_backward,
     torch.autograd.backward: _tensor_backward,
     torch.autograd.grad: _tensor_backward,
+    torch.nn.functional.linear: _linear,
     torch.Tensor.pin_memory: _pass_through,
     torch.Tensor.numpy: _data_dependent,
     torch.Tensor.tolist: _data_dependent,
