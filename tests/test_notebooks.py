@@ -62,3 +62,11 @@ def test_checked_outputs_fit_the_pane(path):
             text = "".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
             wide = [line for line in text.splitlines() if len(line) > PANE_COLUMNS]
             assert not wide, f"code cell {index}: {len(wide[0])} characters: {wide[0][:60]}..."
+
+
+def test_every_recorded_gpu_output_is_shown_in_a_checked_cell():
+    """Each GPU-only cell's H200 output in h200_gpu_run.json is printed by an untagged (checked) cell."""
+    recorded = json.loads((ROOT / "memviz" / "data" / "h200_gpu_run.json").read_text())["own_code"]
+    checked = "".join("".join(cell["source"]) for path in LESSONS for cell in code_cells(path)
+                      if not NBVAL_TAGS & set(cell.get("metadata", {}).get("tags", [])))
+    assert [key for key in recorded if f'"{key}"' not in checked] == []
