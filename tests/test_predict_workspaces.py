@@ -91,8 +91,8 @@ def test_extended_probe_error_fitted_and_held_out() -> None:
     fitted = [r for r in ROWS2 if not _held_out(r[0])]
     held = [r for r in ROWS2 if _held_out(r[0])]
     assert len(fitted) + len(held) == 3 * 720 and len(held) == 3 * 336
-    assert _error(fitted) <= 0.05, _error(fitted)
-    assert _error(held) <= 0.03, _error(held)
+    assert _error(fitted) <= 0.04, _error(fitted)
+    assert _error(held) <= 0.025, _error(held)
 
 
 @pytest.mark.parametrize("phase", PHASES)

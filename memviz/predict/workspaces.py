@@ -99,7 +99,8 @@ def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, .
       and stride-1 backward-weight adds about sqrt(N·H·W)/2 partial weights; strided backward-weight as
       :func:`_unaligned_strided_backward_weight_bytes`;
     - 1×1 strided (a ResNet downsample) with ≤ 64 input channels forward, or ≤ 128 backward-input in fp32:
-      none; fp32 forward from ≥ 256 channels over ≥ 32768 input pixels (N·H·W): input + weight;
+      none; fp32 forward from ≥ 512 channels: input + output, from ≥ 256 channels over ≥ 32768 input
+      pixels (N·H·W): input + weight;
     - a k×k fp32 forward that widens aligned channels from ≤ 64 (32→64, 64→128): input + weight (bf16:
       input + output + weight, like the rest).
     """
@@ -118,6 +119,8 @@ def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, .
     if pointwise and ((phase == "forward" and c_in <= 64)
                       or (phase == "backward_input" and c_in <= 128 and element_bytes == 4)):
         return 0
+    if pointwise and phase == "forward" and c_in >= 512 and element_bytes == 4:
+        return input_bytes + output_bytes
     if pointwise and phase == "forward" and c_in >= 256 and input_pixels >= 1 << 15 and element_bytes == 4:
         return input_bytes + weight_bytes
     if phase == "forward" and not pointwise and not unaligned and c_in <= 64 and c_out > c_in and element_bytes == 4:
