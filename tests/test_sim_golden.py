@@ -40,8 +40,14 @@ def _layout(segments: list[dict]) -> list:
                    tuple((b["size"], b["state"]) for b in s["blocks"])) for s in segments)
 
 
-def _states(trace: dict) -> list[tuple]:
+def _trace(path: Path, name: str) -> dict:
+    return next(t for t in load(path)["traces"] if t["name"] == name)
+
+
+@cache
+def _states(path: Path, name: str) -> list[tuple]:
     """The recorded state after every op: (op, size, ok, full stats), or ("snapshot", layout)."""
+    trace = _trace(path, name)
     real = dict(trace["initial"])
     out = []
     for op in trace["ops"]:
@@ -53,25 +59,26 @@ def _states(trace: dict) -> list[tuple]:
     return out
 
 
-def hardware_prefix(data: dict, trace: dict) -> int:
+def hardware_prefix(path: Path, name: str) -> int:
     """How many ops the hardware reproduced: the longest agreement with a rerun of the same trace.
 
     Counts non-snapshot ops (as ``replay_golden`` does) up to the first op whose stats, or snapshot whose
-    layout, differ between the two recordings.
+    layout, differ between the two recordings; a trace without reruns counts all of its ops.
     """
-    base = trace["name"].split("-rerun")[0]
-    mine = _states(trace)
-    best = None
-    for other in data["traces"]:
-        if other is trace or other["name"].split("-rerun")[0] != base:
-            continue
+    base = name.split("-rerun")[0]
+    others = [t["name"] for t in load(path)["traces"] if t["name"] != name and t["name"].split("-rerun")[0] == base]
+    if not others:
+        return sum(op["op"] != "snapshot" for op in _trace(path, name)["ops"])
+    mine = _states(path, name)
+    best = 0
+    for other in others:
         n = 0
-        for x, y in zip(mine, _states(other), strict=False):
+        for x, y in zip(mine, _states(path, other), strict=False):
             if x != y:
                 break
             n += x[0] != "snapshot"
-        best = n if best is None else max(best, n)
-    return sum(x[0] != "snapshot" for x in mine) if best is None else best
+        best = max(best, n)
+    return best
 
 
 class _Mismatch(Exception):
@@ -128,17 +135,25 @@ def replay_golden(meta: dict, trace: dict) -> tuple[int, int, str]:
     return len(ops), len(ops), ""
 
 
-CASES = [(path, trace["name"]) for path in FILES for trace in load(path)["traces"]]
+# Every recorded trace, named here so that collecting the tests reads no recording (each file is ~2 MB of
+# gzipped JSON, decoded in every pytest-xdist worker otherwise); test_cases_are_every_recorded_trace keeps
+# this list equal to the files' contents.
+TRACES = ("seed-scaled", "fragmentation", "split-large", "small-pool", "order", "boundaries", "random-1", "random-2")
+RERUNS = ("random-1-rerun", "random-1-rerun2", "random-2-rerun", "random-2-rerun2")
+CASES = [(GOLDEN / f"{config}.json.gz", name) for config in ("default", "expandable", "gc_threshold", "max_split_64")
+         for name in TRACES] + [(GOLDEN / "roundup4.json.gz", name) for name in TRACES + RERUNS]
+
+
+def test_cases_are_every_recorded_trace() -> None:
+    assert sorted(CASES) == sorted((path, trace["name"]) for path in FILES for trace in load(path)["traces"])
 
 
 @pytest.mark.parametrize(("path", "name"), CASES, ids=[f"{p.name.split('.')[0]}-{n}" for p, n in CASES])
 def test_golden_trace(path: Path, name: str) -> None:
-    data = load(path)
-    meta = data["meta"]
-    trace = next(t for t in data["traces"] if t["name"] == name)
+    meta = load(path)["meta"]
     key = (meta["config"], name)
-    _, matched, why = replay_golden(meta, trace)
-    need = hardware_prefix(data, trace)
+    _, matched, why = replay_golden(meta, _trace(path, name))
+    need = hardware_prefix(path, name)
     if matched < need and key in ADDRESS_TIES:
         pytest.xfail(f"driver address tie: {ADDRESS_TIES[key]} (matched {matched}/{need}: {why})")
     assert matched >= need, why
