@@ -152,3 +152,11 @@ def test_efficient_attention_backward_as_recorded() -> None:
     assert ours == [12_582_912, 196_608, 196_608, 12_595_200] * (6 * 3)  # 6 layers, 3 steps
     runs = sum(real[i:i + 4] == ours[:4] for i in range(len(real) - 3))
     assert runs == 6 * 3
+
+
+def test_strided_3x3_rgb_stems() -> None:
+    """MobileNet-style 3×3 stride-2 RGB stems (``h200_probe3.json.gz``): none forward, none fp32 backward-weight,
+    and the other passes as the general stem rules say."""
+    rows = [r for r in _rows(PROBE.parent / "h200_probe3.json.gz") if "stem-s2" in r[0]["sources"]]
+    assert len(rows) == 4 * 10 * 3
+    assert _error(rows) <= 0.01, _error(rows)

@@ -97,7 +97,8 @@ def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, .
       forward in bf16, except fp32 backward-weight over ≤ 2^17 output pixels: the input padded to 16-byte
       pixels + the output); fp32 backward-input none; in bf16 the channels-last input is padded to 8 channels,
       and stride-1 backward-weight adds about sqrt(N·H·W)/2 partial weights; strided backward-weight as
-      :func:`_unaligned_strided_backward_weight_bytes`;
+      :func:`_unaligned_strided_backward_weight_bytes`; a strided 3×3 RGB stem (``h200_probe3.json.gz``:
+      4 stems at batches 32–256) none forward, none fp32 backward-weight;
     - 1×1 strided (a ResNet downsample) with ≤ 64 input channels forward, or ≤ 128 backward-input in fp32:
       none; fp32 forward from ≥ 512 channels: input + output, from ≥ 256 channels over ≥ 32768 input
       pixels (N·H·W): input + weight;
@@ -116,6 +117,8 @@ def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, .
     if unaligned and ((unit_stride and (element_bytes == 4 or phase == "forward"))
                       or (phase == "backward_input" and element_bytes == 4)):
         return 0
+    if unaligned and max(kernel) <= 3 and (phase == "forward" or (phase == "backward_weight" and element_bytes == 4)):
+        return 0  # a 3×3 stride-2 RGB stem (MobileNet's): a direct kernel (h200_probe3.json.gz)
     if pointwise and ((phase == "forward" and c_in <= 64)
                       or (phase == "backward_input" and c_in <= 128 and element_bytes == 4)):
         return 0
