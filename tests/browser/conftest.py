@@ -1,6 +1,7 @@
 """Fixtures for tests that drive a real JupyterLab in headless Chromium (``@pytest.mark.browser``).
 
-One JupyterLab server and one Chromium per test session; a fresh tab per test. The work is done by
+One JupyterLab server and one Chromium per test session; one tab per test file, in which JupyterLab
+loads once (each test opens its notebook in the running app; a load costs ~3.5 s of renderer CPU). The work is done by
 plain functions in ``jlab.py`` (importable without pytest: the benchmarks use them too); the fixtures
 here are thin wrappers. Quick start for a new test file in this folder::
 
@@ -21,10 +22,12 @@ Fixtures:
   ``.write_notebook(name, cells)`` / ``.copy_notebook("notebooks/x.ipynb")`` put notebooks there,
   ``.api("api/sessions")`` calls its REST API. Killed (process group, kernels too) at the end.
 * ``lab_context`` (session): the Playwright persistent Chromium context (fresh temp profile).
-* ``lab_page`` (per test): a new tab that accepts dialogs and records console errors
-  (``jlab.console_errors(page)``). At teardown: a screenshot ``test-artifacts/<test>-FAILED.png`` if
-  the test failed, the tab is closed and every kernel is shut down.
-* ``lab`` (per test): ``jlab.Lab(lab_server, lab_page)``: ``open``, ``run_all``, ``run_cell``,
+* ``lab_page`` (per test): the test file's tab, which accepts dialogs and records console errors
+  (``jlab.console_errors(page)``, for the whole file). At teardown: a screenshot
+  ``test-artifacts/<test>-FAILED.png`` if the test failed (and the next test gets a new tab), the
+  notebooks are closed and every kernel is shut down. Set up the page before it first navigates (e.g.
+  ``jlab.late_large_modules``) in a file of its own, or in the file's first test.
+* ``lab`` (per test): ``jlab.Lab(lab_server, lab_page, reuse_app=True)``: ``open``, ``run_all``, ``run_cell``,
   ``click``, ``text``/``texts``, ``wait_text``, ``js``/``wait_js``, ``kernel``, ``measure_click``,
   ``screenshot``, all documented in ``jlab.py``.
 
@@ -54,6 +57,7 @@ from jlab import (  # noqa: F401 - re-exported for tests and for `import conftes
     chromium_available,
     click_button,
     close_browser,
+    close_documents,
     console_errors,
     kernel_eval,
     kernel_state,
@@ -65,6 +69,7 @@ from jlab import (  # noqa: F401 - re-exported for tests and for `import conftes
     run_all,
     run_cell,
     screenshot,
+    showing_lab,
     start_server,
     text_of,
     texts_of,
@@ -150,10 +155,19 @@ def lab_context(_lab_session):
     return _lab_session[1]
 
 
+@pytest.fixture(scope="module")
+def _file_tab(lab_context):
+    """The test file's tab, in a list: ``lab_page`` replaces it after a failed test."""
+    tab = [new_page(lab_context)]
+    yield tab
+    tab[0].close()
+
+
 @pytest.fixture
-def lab_page(request, lab_server, lab_context):
-    """A fresh tab for one test; screenshot on failure; closes it and shuts the kernels down after."""
-    page = new_page(lab_context)
+def lab_page(request, lab_server, lab_context, _file_tab):
+    """The file's tab for one test; screenshot on failure (then a new tab for the next test); closes the
+    notebooks and shuts the kernels down after."""
+    page = _file_tab[0]
     yield page
     reports = request.node.stash.get(_REPORT_KEY, {})
     if any(r.failed for r in reports.values()):
@@ -166,11 +180,15 @@ def lab_page(request, lab_server, lab_context):
         errors = console_errors(page)
         if errors:
             print("browser console errors:\n  " + "\n  ".join(errors[-20:]))
-    page.close()
+        page.close()
+        _file_tab[0] = new_page(lab_context)
+    elif showing_lab(page, lab_server):
+        close_documents(page)
     lab_server.shutdown_kernels()
 
 
 @pytest.fixture
 def lab(lab_server, lab_page) -> Lab:
-    """``jlab.Lab``: the session's server plus this test's tab, with the helpers as methods."""
-    return Lab(lab_server, lab_page)
+    """``jlab.Lab``: the session's server plus this test's tab, with the helpers as methods; ``open``
+    reuses the JupyterLab the tab has loaded."""
+    return Lab(lab_server, lab_page, reuse_app=True)

@@ -479,21 +479,54 @@ def wait_kernel_idle(page, server: JupyterServer | None = None, *, steady_s: flo
     _poll(steady, timeout, 0.1, f"the kernel to be idle for {steady_s:g}s", lambda: f"Last: {seen[0]}")
 
 
+_JS_CLOSE_DOCUMENTS = """() => {
+  const app = window.jupyterapp;
+  for (const w of [...app.shell.widgets('main')]) {
+    if (w.context && w.context.model) w.context.model.dirty = false;  // no "save your work?" dialog
+    w.close();
+  }
+  return [...app.shell.widgets('main')].filter(w => w.context).length === 0;
+}"""
+
+
+def showing_lab(page, server: JupyterServer) -> bool:
+    """True when ``page`` has this server's JupyterLab loaded (``window.jupyterapp`` started)."""
+    return page.url.startswith(server.url + "lab") and page.evaluate("() => !!window.jupyterapp?.shell")
+
+
+def close_documents(page, *, timeout: float = 10) -> None:
+    """Close every notebook and document in JupyterLab's main area, discarding unsaved changes (kernels
+    keep running: :meth:`JupyterServer.shutdown_kernels` ends them)."""
+    _poll(lambda: page.evaluate(_JS_CLOSE_DOCUMENTS), timeout, 0.1, "the open documents to close")
+
+
 def open_notebook(page, server: JupyterServer, name: str, *, steady_s: float = 1.0, timeout: float = 60,
-                  collapse_left: bool = True, prestart_kernel: bool = True) -> None:  # fmt: skip
+                  collapse_left: bool = True, prestart_kernel: bool = True,
+                  reuse_app: bool = False) -> None:  # fmt: skip
     """Open ``lab/tree/<name>`` (fresh workspace) and wait for a *steady* idle kernel.
 
     ``name`` is relative to the server root (write or copy it there first). With ``prestart_kernel``
     the kernel is started through the REST API before the page loads (saves ~1 s; the page attaches
     to it). Accepts a dialog if one shows (e.g. a kernel picker). ``collapse_left`` hides the file
-    browser so widgets get the width. When it returns, clicks and Run All reach the kernel.
+    browser so widgets get the width (else it is shown, as in a fresh workspace). When it returns,
+    clicks and Run All reach the kernel.
+
+    With ``reuse_app``, a page that already shows this server's JupyterLab is not reloaded: its
+    documents are closed (:func:`close_documents`) and ``name`` is opened in the running app (the
+    ``docmanager:open`` command, as a double click in the file browser does). A JupyterLab load costs
+    the renderer ~3.5 s of CPU, plus ~1.5 s for plotly's front end in the first figure.
     """
     if not (server.root / name).is_file():
         raise HarnessError(f"{name} is not in the server root {server.root}: write or copy it first")
     if prestart_kernel:
         server.start_session(name)
-    url = f"{server.url}lab/tree/{urllib.parse.quote(name)}?reset&token={server.token}"
-    page.goto(url, wait_until="domcontentloaded")
+    if reuse_app and showing_lab(page, server):
+        close_documents(page)
+        page.evaluate("(path) => { const app = window.jupyterapp; app.shell.expandLeft();"
+                      " app.commands.execute('docmanager:open', {path}); }", name)
+    else:
+        url = f"{server.url}lab/tree/{urllib.parse.quote(name)}?reset&token={server.token}"
+        page.goto(url, wait_until="domcontentloaded")
 
     def shown():
         st = kernel_state(page)
@@ -792,6 +825,7 @@ class Lab:
 
     server: JupyterServer
     page: Any
+    reuse_app: bool = False  # open() leaves a loaded JupyterLab running (see open_notebook)
 
     def notebook(self, name: str, cells: list[str]) -> Path:
         """Write a notebook into the server root (see :func:`write_notebook`)."""
@@ -801,7 +835,7 @@ class Lab:
         """Optionally write ``cells`` to ``name``, open it (steady idle kernel), optionally Run All."""
         if cells is not None:
             self.notebook(name, cells)
-        open_notebook(self.page, self.server, name, **kw)
+        open_notebook(self.page, self.server, name, **{"reuse_app": self.reuse_app, **kw})
         if run:
             self.run_all()
         return self
