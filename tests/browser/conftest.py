@@ -106,6 +106,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if Path(item.path).parent == HERE or HERE in Path(item.path).parents:
             item.add_marker(pytest.mark.browser)
+            # anywidget 0.11 gives a widget model a fixed 2 s to initialize in the page, and logs
+            # "[anywidget] Failed to initialize model." when a starved CPU misses it (seen once in three
+            # runs at load ~3 on 2 cores). That one failure, and no other, gets one rerun
+            # (pytest-rerunfailures); a second time fails.
+            item.add_marker(pytest.mark.flaky(reruns=1, only_rerun=["Failed to initialize model"]))
 
 
 @pytest.hookimpl(wrapper=True)
