@@ -23,7 +23,9 @@ class DriverMemory:
     Attributes:
         total_bytes: device memory as the driver counts it (``cudaMemGetInfo`` total).
         free_bytes: free device memory (``cudaMemGetInfo`` free), all processes counted.
-        used_bytes: used by every process (what ``nvidia-smi`` shows), from NVML when available.
+        used_bytes: NVML's used memory (every process, plus the driver's own reservation, which
+            ``nvidia-smi``'s "used" leaves out: 1,197,342,720 B here vs 527 MiB there on an idle H200
+            right after CUDA started), from NVML when available.
         process_used_bytes: used by this process (CUDA context + libraries + PyTorch's reserved), or None.
         other_processes: ``(pid, used_bytes)`` of the other processes on the device.
         source: where the numbers come from, e.g. ``"NVML"`` or ``"cudaMemGetInfo"``.
