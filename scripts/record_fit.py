@@ -549,10 +549,12 @@ def main() -> None:
     probes = (["probe"] if "probe" in parts else []) + \
         ([f"{b}-{d}" for b in PROBE2_BATCHES for d in PROBE2_DTYPES] if "probe2" in parts else [])
     if args.dry_run:
-        wanted = set(args.probe_sources.split(",")) if args.probe_sources else None
-        geometries = sum(wanted is None or bool(wanted & set(g["sources"])) for g in conv_geometries())
+        geometries = 0  # counted (which builds the ResNets, torch) only when the extended probe would run
+        if "probe2" in parts:
+            wanted = set(args.probe_sources.split(",")) if args.probe_sources else None
+            geometries = sum(wanted is None or bool(wanted & set(g["sources"])) for g in conv_geometries())
         print(json.dumps({"runs": [r["id"] for r in runs], **{k: [c[0] for c in v] for k, v in chains.items()},
-                          "probes": probes, "probe2_geometries": geometries if "probe2" in parts else 0}, indent=1))
+                          "probes": probes, "probe2_geometries": geometries}, indent=1))
         return
     out = args.out
     (out / "runs").mkdir(parents=True, exist_ok=True)

@@ -24,6 +24,12 @@ def recorder():
     return module
 
 
+@pytest.fixture(scope="module")
+def geometries(recorder) -> list[dict]:
+    """The probe's geometries, built once (it builds four ResNets on the meta device: ~2 s of CPU)."""
+    return recorder.conv_geometries()
+
+
 def test_every_run_and_search_binds_to_its_program(recorder):
     for _, program, kwargs, _, _ in recorder.PLAN + recorder.HELDOUT:
         inspect.signature(recorder._program_module(program).PROGRAMS[program]).bind(**kwargs)
@@ -40,8 +46,8 @@ def test_held_out_ids_are_apart_from_the_fitted_ones(recorder):
     assert not any(i.startswith("ho-") for i in fitted)
 
 
-def test_probe_geometries_cover_the_programs_convolutions(recorder):
-    geoms = recorder.conv_geometries()
+def test_probe_geometries_cover_the_programs_convolutions(geometries):
+    geoms = geometries
     keys = {(g["c_in"], g["c_out"], g["k"], g["stride"], g["hw"], g["bias"]) for g in geoms}
     assert len(keys) == len(geoms)
     # the convnet's four 3×3 convolutions with bias (convnet-b128's misses), the ResNet stems at both sizes
@@ -55,22 +61,28 @@ def test_probe_geometries_cover_the_programs_convolutions(recorder):
     assert sum("stem-s2" in g["sources"] for g in geoms) == 4
 
 
-def test_dry_run_lists_only_the_parts_asked(recorder):
-    def dry(parts: str) -> dict:
-        out = subprocess.run([sys.executable, str(SCRIPT), "--parts", parts, "--dry-run"], capture_output=True,
-                             text=True, check=True).stdout
-        return json.loads(out)
+def test_dry_run_lists_only_the_parts_asked(recorder, geometries, monkeypatch, capsys):
+    def dry(*args: str) -> dict:
+        """The script's main() in this process (the ResNets and torch are built already), its stdout as JSON."""
+        monkeypatch.setattr(sys, "argv", [str(SCRIPT), *args, "--dry-run"])
+        recorder.main()
+        return json.loads(capsys.readouterr().out)
 
-    new = dry("probe2,heldout,heldout-chains")
+    new = dry("--parts", "probe2,heldout,heldout-chains")
     assert new["chains"] == [] and all(r.startswith("ho-") for r in new["runs"]) and new["heldout_chains"]
     assert sorted(new["probes"]) == sorted(f"{b}-{d}" for b in (32, 128, 256, 96, 192) for d in ("float32", "bfloat16"))
-    old = dry("plan,chains,probe")
-    assert old["probes"] == ["probe"] and old["heldout_chains"] == [] and "resnet18-b64" in old["runs"]
-    assert new["probe2_geometries"] == len(recorder.conv_geometries())
-    some = json.loads(subprocess.run([sys.executable, str(SCRIPT), "--parts", "probe2", "--probe-sources",
-                                      "patchify,stem-s2", "--dry-run"], capture_output=True, text=True,
-                                     check=True).stdout)
+    assert new["probe2_geometries"] == len(geometries)
+    some = dry("--parts", "probe2", "--probe-sources", "patchify,stem-s2")
     assert some["probe2_geometries"] == 8 and some["runs"] == []
+
+
+def test_dry_run_from_the_command_line():
+    """The script as run (no probe2 asked: no torch, a tenth of a second): its JSON, and argparse's exit 2."""
+    out = subprocess.run([sys.executable, str(SCRIPT), "--parts", "plan,chains,probe", "--dry-run"],
+                         capture_output=True, text=True, check=True).stdout
+    old = json.loads(out)
+    assert old["probes"] == ["probe"] and old["heldout_chains"] == [] and "resnet18-b64" in old["runs"]
+    assert old["probe2_geometries"] == 0
     bad = subprocess.run([sys.executable, str(SCRIPT), "--parts", "plan,nope", "--dry-run"], capture_output=True,
                          text=True)
     assert bad.returncode == 2 and "nope" in bad.stderr
