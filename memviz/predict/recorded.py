@@ -25,7 +25,7 @@ HELDOUT_PREFIX = "ho-"
 """Ids of held-out runs and searches (programs or sizes the predictor was never fitted on) start so."""
 
 __all__ = ["DATA_DIR", "HELDOUT_PREFIX", "PROGRAMS", "MaxBatchRow", "RunRow", "compare_max_batch", "compare_run",
-           "load_max_batch", "load_runs", "summarize"]
+           "load_max_batch", "load_run", "load_runs", "summarize"]
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "tests" / "data" / "fit"
 """Where the recordings are (a source checkout's ``tests/data/fit``)."""
@@ -35,13 +35,16 @@ CLIFF = 0.015
 its real peak reserved is within this fraction of the cap."""
 
 
+def load_run(run_id: str, data_dir: Path = DATA_DIR) -> dict[str, Any]:
+    """One recorded run by id (``h200/<run_id>.json.gz``)."""
+    with gzip.open(data_dir / "h200" / f"{run_id}.json.gz", "rt") as f:
+        return json.load(f)
+
+
 def load_runs(data_dir: Path = DATA_DIR) -> list[dict[str, Any]]:
     """Every recorded run (``h200/<id>.json.gz``), sorted by id."""
-    runs = []
-    for path in sorted((data_dir / "h200").glob("*.json.gz")):
-        with gzip.open(path, "rt") as f:
-            runs.append(json.load(f))
-    return runs
+    return [load_run(path.name.removesuffix(".json.gz"), data_dir)
+            for path in sorted((data_dir / "h200").glob("*.json.gz"))]
 
 
 def load_max_batch(data_dir: Path = DATA_DIR) -> list[dict[str, Any]]:
