@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from memviz.errors import InputError
 from memviz.sim import CachingAllocator, CUDAGraph, MemPool, OutOfMemoryError, graph, use_mem_pool
 from memviz.snapshots import check_fidelity, load_snapshot
 
@@ -78,6 +79,17 @@ def test_private_pool_program_is_flagged_not_matched() -> None:
     report = check_fidelity(load_snapshot(a.snapshot()), device_total_bytes=80 << 30, progress=False)
     assert report.reserved_matches < report.events_compared
     assert a.live_block(out) is not None
+
+
+def test_graph_pool_is_refused_until_the_capture_ends() -> None:
+    """torch's CUDAGraph::pool() raises until capture_end (seen on the H200); then it names the pool."""
+    a = CachingAllocator(80 << 30)
+    g = CUDAGraph(a)
+    with graph(a, g):
+        a.malloc(8 * MiB, stream=g.capture_stream)
+        with pytest.raises(InputError, match="without a preceding successful capture"):
+            g.pool()
+    assert [seg["segment_pool_id"] for seg in a.segments()] == [g.pool()]
 
 
 def test_expandable_segments_per_pool_and_stream() -> None:

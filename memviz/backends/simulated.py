@@ -190,8 +190,6 @@ class SimulatedBackend(Backend):
         return graph.capture_stream
 
     def graph_pool_id(self, graph: CUDAGraph) -> tuple[int, int]:
-        if self._capture is not None and self._capture[0] is graph:  # as torch's CUDAGraph::pool() refuses
-            raise RuntimeError("Called CUDAGraph::pool() without a preceding successful capture.")
         return graph.pool()
 
     def replay_graph(self, graph: CUDAGraph) -> None:

@@ -135,9 +135,12 @@ class CUDAGraph:
         self._capturing = False
 
     def pool(self) -> PoolId:
-        """The id of the graph's pool, to share it with the next capture (``graph.pool()``)."""
+        """The id of the graph's pool, to share it with the next capture (``graph.pool()``). As torch's
+        ``CUDAGraph::pool()``, refused (InputError) until the capture has ended."""
         if self._pool is None:
             raise InputError("pool() of a graph that was never captured")
+        if self._capturing:
+            raise InputError("Called CUDAGraph::pool() without a preceding successful capture.")
         return self._pool
 
     def replay(self) -> None:

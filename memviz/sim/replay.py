@@ -40,6 +40,8 @@ BEGIN_POOL, END_POOL, RELEASE_POOL = "begin_allocate_to_pool", "end_allocate_to_
 SET_SETTINGS = "set_allocator_settings"
 OP_KINDS = (MALLOC, FREE, EMPTY_CACHE, PROBE, FREE_REQUESTED, FREE_COMPLETED, BEGIN_POOL, END_POOL, RELEASE_POOL,
             SET_SETTINGS)
+#: op kinds that are the allocator method of the same name, called with the op's ``key``
+KEYED_CALLS = frozenset((BEGIN_POOL, END_POOL, RELEASE_POOL, SET_SETTINGS))
 #: the stream a replayed ``free_requested`` is recorded on: the recording says that the free waited on
 #: another stream's work, not on which
 REPLAY_WAIT_STREAM = 1 << 62
@@ -163,18 +165,9 @@ def replay(ops: Iterable[Op], allocator: CachingAllocator,
                 oom_steps.append(step)
             else:
                 oom, last_ok = None, True
-        elif kind == "begin_allocate_to_pool":
+        elif kind in KEYED_CALLS:
             oom = None
-            allocator.begin_allocate_to_pool(key)
-        elif kind == "end_allocate_to_pool":
-            oom = None
-            allocator.end_allocate_to_pool(key)
-        elif kind == "release_pool":
-            oom = None
-            allocator.release_pool(key)
-        elif kind == "set_allocator_settings":
-            oom = None
-            allocator.set_allocator_settings(key)
+            getattr(allocator, kind)(key)
         else:
             raise InputError(f"ops[{step}]: kind {kind!r} is not an op kind; use one of {', '.join(OP_KINDS)}")
         if on_step is not None:
