@@ -7,12 +7,14 @@
 #   bash scripts/gpu-run.sh check     # = cuda predict probe nbval: the tests marked cuda (parity, the fit panel's
 #                                     # run for real), the predictor's tests, a driver probe, every lesson under nbval
 #   bash scripts/gpu-run.sh record    # scripts/record_streams.py and scripts/record_fit.py (fresh processes)
+#   bash scripts/gpu-run.sh record-fit   # scripts/record_fit.py alone
 #   bash scripts/gpu-run.sh lessons   # scripts/record_lessons_gpu.py: every lesson's GPU output, lesson 9's what-ifs for real
 #   bash scripts/gpu-run.sh execute   # notebooks in $EXECUTE (default lessons 10, 11) executed, kept with their outputs
 #   bash scripts/gpu-run.sh check lessons record
 #
-# RECORD_FIT_ARGS / RECORD_STREAMS_ARGS / RECORD_LESSONS_ARGS add to the recorders' arguments; BUDGET_S (default 570) is the
-# whole run's wall-clock budget: each phase gets what is left, so the pack is always written.
+# RECORD_FIT_ARGS / RECORD_STREAMS_ARGS / RECORD_LESSONS_ARGS add to the recorders' arguments, NBVAL_PATHS (default
+# notebooks/) names what nbval runs; BUDGET_S (default 570) is the whole run's wall-clock budget: each phase gets
+# what is left, so the pack is always written.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-run-out}; mkdir -p "$out/logs"
@@ -52,7 +54,7 @@ for what in ${phases[*]}; do
     predict) phase predict-tests "${pytest_gpu[@]}" -x tests/test_predict.py tests/test_predict_cli.py \
         tests/test_predict_workspaces.py tests/test_fit_panel.py ;;
     probe) phase probe python3 scripts/gpu_probe.py ;;
-    nbval) phase nbval "${pytest_gpu[@]}" --nbval --nbval-current-env --nbval-cell-timeout=180 notebooks/ ;;
+    nbval) phase nbval "${pytest_gpu[@]}" --nbval --nbval-current-env --nbval-cell-timeout=180 ${NBVAL_PATHS:-notebooks/} ;;
     lessons)  # lessons 01-09 executed here (each cell's GPU output kept) and lesson 9's what-ifs on the real allocator
       phase lessons python3 scripts/record_lessons_gpu.py --out "$out/lessons" ${RECORD_LESSONS_ARGS:-}
       ;;
@@ -77,6 +79,7 @@ for name in sys.argv[2:]:
       phase record-fit python3 scripts/record_fit.py --out "$out/fit" ${RECORD_FIT_ARGS:-} &
       wait
       ;;
+    record-fit) mkdir -p "$out/fit"; phase record-fit python3 scripts/record_fit.py --out "$out/fit" ${RECORD_FIT_ARGS:-} ;;
     *) echo "unknown phase $what" >> "$out/logs/status.txt" ;;
   esac
 done

@@ -148,6 +148,24 @@ HELDOUT: list[tuple[str, str, dict, str, float]] = [
      {"batch": 4, "seq": 1024, "d_model": 1024, "n_layer": 8, "n_head": 16, "checkpoint": True}, "", 3953 / 1024),
 ]
 
+#: The second held-out set (``--parts heldout2``): memviz/predict/heldout_convs.py, written and capped (3% either side
+#: of the predicted cliff) before the depthwise / grouped / patchify probe (``probe4``) was recorded or fitted.
+HELDOUT2: list[tuple[str, str, dict, str, float]] = [
+    ("ho-cnx-b64-amp", "convnext_training", {"batch": 64}, "", 24),
+    ("ho-cnx-b64-amp-exp", "convnext_training", {"batch": 64}, EXP, 24),
+    ("ho-cnx-b64-amp-rp4", "convnext_training", {"batch": 64}, "roundup_power2_divisions:4", 24),
+    ("ho-cnx-b16-fp32", "convnext_training", {"batch": 16, "amp": False}, "", 24),
+    ("ho-cnx-inf-b256", "convnext_inference", {"batch": 256}, "", 24),
+    ("ho-cnx-b64-amp-capm3", "convnext_training", {"batch": 64}, "", 1595 / 1024),
+    ("ho-cnx-b64-amp-capp3", "convnext_training", {"batch": 64}, "", 1693 / 1024),
+    ("ho-rnx-b32", "resnext_training", {"batch": 32}, "", 24),
+    ("ho-rnx-b32-exp", "resnext_training", {"batch": 32}, EXP, 24),
+    ("ho-rnx-b32-ms128", "resnext_training", {"batch": 32}, "max_split_size_mb:128", 24),
+    ("ho-rnx-b64-amp", "resnext_training", {"batch": 64, "amp": True}, "", 24),
+    ("ho-rnx-b32-capm3", "resnext_training", {"batch": 32}, "", 3028 / 1024),
+    ("ho-rnx-b32-capp3", "resnext_training", {"batch": 32}, "", 3216 / 1024),
+]
+
 #: (id, program, kwargs without batch, alloc_conf, cap in GiB, first guess of a batch that fits, one that does not).
 CHAINS: list[tuple[str, str, dict, str, float, int, int]] = [
     ("gpt-amp-cap8", "gpt_training", {}, "", 8, 12, 48),
@@ -170,6 +188,12 @@ HELDOUT_CHAINS: list[tuple[str, str, dict, str, float, int, int]] = [
     ("ho-llama-ckpt-cap12", "llama_training", {}, "", 12, 17, 26),
 ]
 
+#: Largest-batch searches of the second held-out set (``--parts heldout2-chains``), as CHAINS.
+HELDOUT2_CHAINS: list[tuple[str, str, dict, str, float, int, int]] = [
+    ("ho-cnx-amp-cap4", "convnext_training", {}, "", 4, 160, 240),
+    ("ho-rnx-cap4", "resnext_training", {}, "", 4, 44, 66),
+]
+
 
 def _load(name: str):
     """memviz/predict/<name>.py loaded by path (the package around it need not import)."""
@@ -187,8 +211,8 @@ def _programs():
 
 
 def _program_module(program: str):
-    """The module (programs.py or heldout.py) that defines ``program``."""
-    for name in ("programs", "heldout"):
+    """The module (programs.py, heldout.py or heldout_convs.py) that defines ``program``."""
+    for name in ("programs", "heldout", "heldout_convs"):
         module = _load(name)
         if program in module.PROGRAMS:
             return module
@@ -342,10 +366,13 @@ def conv_geometries() -> list[dict]:
     ResNet = _programs().ResNet
     found: dict[tuple, dict] = {}
 
-    def add(c_in: int, c_out: int, k: int, stride: int, pad: int, hw: int, bias: bool, source: str) -> None:
-        key = (c_in, c_out, k, stride, pad, hw, bias)
+    def add(c_in: int, c_out: int, k: int, stride: int, pad: int, hw: int, bias: bool, source: str,
+            groups: int = 1) -> None:
+        key = (c_in, c_out, k, stride, pad, hw, bias, groups)
         entry = found.setdefault(key, {"c_in": c_in, "c_out": c_out, "k": k, "stride": stride, "pad": pad, "hw": hw,
                                        "bias": bias, "sources": []})
+        if groups != 1:
+            entry["groups"] = groups
         if source not in entry["sources"]:
             entry["sources"].append(source)
 
@@ -375,6 +402,22 @@ def conv_geometries() -> list[dict]:
         add(3, c_out, k, k, 0, 224, True, "patchify")
     for c_out, hw in ((32, 224), (64, 224), (32, 160), (24, 192)):
         add(3, c_out, 3, 2, 1, hw, False, "stem-s2")
+    # added for the fourth recording (probe4), none of them a geometry of memviz/predict/heldout.py's or
+    # heldout_convs.py's networks, so those stay held out: more patchify stems (other widths, 8/14/32 patches),
+    # 2×2/2 downsampling between aligned channels, depthwise 3/5/7 (stride 1 and 2), grouped 3×3 (8/32/64 groups)
+    for c_out, k in ((192, 16), (256, 16), (512, 16), (1024, 16), (384, 8), (768, 8), (384, 14), (768, 14),
+                     (768, 32), (64, 4), (192, 4)):
+        add(3, c_out, k, k, 0, 224, True, "patchify2")
+    for c, hw in ((64, 56), (128, 28), (256, 14), (512, 7)):
+        add(c, 2 * c, 2, 2, 0, hw, True, "patch-merge")
+    for k in (3, 5, 7):
+        for c, hw in ((64, 56), (128, 28), (256, 14), (512, 7)):
+            add(c, c, k, 1, k // 2, hw, True, "depthwise", groups=c)
+    for c, hw, k in ((64, 112, 3), (128, 56, 3), (256, 28, 3), (128, 56, 5)):
+        add(c, c, k, 2, k // 2, hw, False, "depthwise", groups=c)
+    for c, hw, stride, groups in ((64, 56, 1, 32), (192, 28, 1, 32), (384, 14, 1, 32), (768, 7, 1, 32),
+                                  (256, 56, 2, 32), (256, 28, 1, 8), (512, 14, 1, 64)):
+        add(c, c, 3, stride, 1, hw, False, "grouped", groups=groups)
     return list(found.values())
 
 
@@ -407,9 +450,9 @@ def probe_conv(batch: int, dtype_name: str, deadline_s: float, sources: set[str]
         spans.append((rec, s0["allocation.all.allocated"] - base, rec["allocs"]))
         return rec, result
 
-    def backward(g, x, w, s, p, mask, bias):
+    def backward(g, x, w, s, p, mask, bias, groups):
         grads = torch.ops.aten.convolution_backward(g, x, w, [w.shape[0]] if bias else None, [s, s], [p, p], [1, 1],
-                                                    False, [0, 0], 1, mask)
+                                                    False, [0, 0], groups, mask)
         return sum(t.nbytes for t in grads if t is not None)
 
     stop_at = time.perf_counter() + deadline_s
@@ -420,17 +463,18 @@ def probe_conv(batch: int, dtype_name: str, deadline_s: float, sources: set[str]
             out["truncated"] = True
             break
         c_in, c_out, k, s, p, hw, bias = (geom[n] for n in ("c_in", "c_out", "k", "stride", "pad", "hw", "bias"))
+        groups = geom.get("groups", 1)
         x = torch.randn(batch, c_in, hw, hw, device="cuda", dtype=dtype)
-        w = torch.randn(c_out, c_in, k, k, device="cuda", dtype=dtype)
+        w = torch.randn(c_out, c_in // groups, k, k, device="cuda", dtype=dtype)
         b = torch.randn(c_out, device="cuda", dtype=dtype) if bias else None
-        fwd, y = measure(torch.nn.functional.conv2d, x, w, b, s, p)
+        fwd, y = measure(torch.nn.functional.conv2d, x, w, b, s, p, 1, groups)
         fwd["out_bytes"] = y.nbytes
         g = torch.randn_like(y)
         del y
         res = {**geom, "batch": batch, "dtype": dtype_name, "out_shape": list(g.shape), "forward": fwd}
         for part, mask in (("backward_input", [True, False, False]), ("backward_weight", [False, True, False]),
                            ("backward_all", [c_in != 3, True, bias])):
-            res[part], res[part]["result"] = measure(backward, g, x, w, s, p, mask, bias)
+            res[part], res[part]["result"] = measure(backward, g, x, w, s, p, mask, bias, groups)
         out["conv"].append(res)
         del x, w, b, g
         torch.cuda.empty_cache()  # the shards share the GPU with the runs: hold no cache between geometries
@@ -501,7 +545,7 @@ def _chain(chain: tuple, out_dir: Path, stop_at: float) -> dict:
     return result
 
 
-PARTS = ("plan", "chains", "probe", "probe2", "heldout", "heldout-chains")
+PARTS = ("plan", "chains", "probe", "probe2", "heldout", "heldout-chains", "heldout2", "heldout2-chains")
 
 
 def _spec(run: tuple) -> dict:
@@ -543,9 +587,11 @@ def main() -> None:
     unknown = set(parts) - set(PARTS)
     if unknown:
         ap.error(f"unknown parts {sorted(unknown)}; choose from {','.join(PARTS)}")
-    runs = [_spec(r) for r in (PLAN if "plan" in parts else []) + (HELDOUT if "heldout" in parts else [])]
+    runs = [_spec(r) for r in (PLAN if "plan" in parts else []) + (HELDOUT if "heldout" in parts else [])
+            + (HELDOUT2 if "heldout2" in parts else [])]
     chains = {"chains": CHAINS if "chains" in parts else [],
-              "heldout_chains": HELDOUT_CHAINS if "heldout-chains" in parts else []}
+              "heldout_chains": (HELDOUT_CHAINS if "heldout-chains" in parts else [])
+              + (HELDOUT2_CHAINS if "heldout2-chains" in parts else [])}
     probes = (["probe"] if "probe" in parts else []) + \
         ([f"{b}-{d}" for b in PROBE2_BATCHES for d in PROBE2_DTYPES] if "probe2" in parts else [])
     if args.dry_run:

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import heldout, programs
+from . import heldout, heldout_convs, programs
 
-PROGRAMS = {**programs.PROGRAMS, **heldout.PROGRAMS}
+PROGRAMS = {**programs.PROGRAMS, **heldout.PROGRAMS, **heldout_convs.PROGRAMS}
 """Every recorded program by name: :mod:`memviz.predict.programs`' and the held-out ones."""
 
 HELDOUT_PREFIX = "ho-"
