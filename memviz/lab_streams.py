@@ -287,7 +287,8 @@ class StreamActions:
         return self._record("replay", True, (), 0, f"{name}.replay()", before)
 
     def delete_graph(self, name: str) -> Event:
-        """Delete the graph ``name`` (``del g``, i.e. ``g.reset()``): it lets go of its pool. Tensors allocated
+        """Delete the graph ``name`` (``del g``: ``~CUDAGraph`` unregisters it from the default generator, whose two
+        8-byte tensors go with the last graph, then ``reset()``): it lets go of its pool. Tensors allocated
         during its capture stay until freed; once nothing holds the pool, ``empty_cache()`` may release its
         segments that hold no live tensor."""
         graph = self._graph(name)

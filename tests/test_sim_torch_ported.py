@@ -6,8 +6,9 @@ as test/test_cuda_expandable_segments.py does where the source runs there. A ten
 its storage bytes on the stream current at its creation, ``del`` a ``free``; ``torch.cuda.stream(s)`` is the
 ``stream=`` argument, ``Tensor.record_stream`` :meth:`CachingAllocator.record_stream`, ``synchronize()``
 :meth:`CachingAllocator.synchronize`. What the GPU computes (sums, copies) is not simulated: those asserts
-are left out and said so. Where torch's own code allocates (CUDA graphs' generator-state holders), the
-allocations are written out and explained.
+are left out and said so. What torch's own code allocates for a capture (the default generator's seed and
+offset holders) :meth:`memviz.sim.CUDAGraph.capture_begin` allocates too, and ``del g`` is
+:meth:`~memviz.sim.CUDAGraph.delete`.
 """
 
 from __future__ import annotations
@@ -402,7 +403,6 @@ def test_graph_memory_stats_and_use_result_after_destroy_graph(conf: str) -> Non
         # capture_begin: the default generator registers the graph and makes its one-element seed and offset
         # holders on the current stream, outside the graph's pool ("a sneaky two from CUDAGraph's one-element
         # rng seed and offset holders", as the source says); then b = a.clone() and five b = b.clone() + 1
-        holders = [a.malloc(8, stream=s), a.malloc(8, stream=s)]
         g.capture_begin(stream=s)
         b = a.malloc(nbytes, stream=s)
         for _ in range(5):
@@ -426,9 +426,7 @@ def test_graph_memory_stats_and_use_result_after_destroy_graph(conf: str) -> Non
             if i == 0:
                 a.empty_cache()
                 post = a.memory_stats()
-        g.reset()  # del g: the generator unregisters it and its holders die
-        for h in holders:
-            a.free(h)
+        g.delete()  # del g: the generator unregisters it and its holders die, then reset()
         a.empty_cache()
         postdel = a.memory_stats()
         for stat, expected in zip(stats_to_check, (1, d_bytes_post_del, 1, numel * FLOAT), strict=True):
@@ -476,7 +474,6 @@ def test_graph_two_successive() -> None:
     for share_mem in ("Don't share", "via pool()", "via graph_pool_handle()"):
         g0, g1 = CUDAGraph(a), CUDAGraph(a)
         t = a.malloc(nbytes)  # a = torch.ones((size,))
-        holders = [a.malloc(8, stream=s), a.malloc(8, stream=s)]  # the generator's, at the first capture
         g0_pool = graph_pool_handle(a) if share_mem == "via graph_pool_handle()" else None
         g0.capture_begin(g0_pool, stream=s)
         b = a.malloc(nbytes, stream=s)  # b = a.clone()
@@ -495,10 +492,10 @@ def test_graph_two_successive() -> None:
             old, c = c, _func_with_temps(a, c, nbytes, 0)
             a.free(old)
         reserved[share_mem] = a.memory_stats()["reserved_bytes.all.current"]
-        for p in (t, b, c, *holders):  # del a, b, c, g0, g1
+        for p in (t, b, c):  # del a, b, c, g0, g1 (the last graph deleted frees the generator's holders)
             a.free(p)
-        g0.reset()
-        g1.reset()
+        g0.delete()
+        g1.delete()
         a.synchronize()
         a.empty_cache()
         assert a.memory_reserved() == 0
@@ -535,8 +532,8 @@ def test_graph_three_successive(share_mem: str) -> None:
     assert (f == c) == (share_mem != "Don't share")
     for p in (t, b, d, e, f):
         a.free(p)
-    for g in (g0, g1, g2):
-        g.reset()
+    for g in (g0, g1, g2):  # del g0, g1, g2: the last frees the generator's holders
+        g.delete()
     a.synchronize()
     a.empty_cache()
     assert a.memory_reserved() == 0
@@ -546,18 +543,21 @@ def test_graph_three_successive(share_mem: str) -> None:
 def test_graph_context_empties_the_cache_and_keeps_its_pool() -> None:
     """torch/cuda/graphs.py ``graph.__enter__`` (synchronize, empty_cache, then capture on a side stream) and
     CUDACachingAllocator.cpp release_cached_blocks: a live graph's pool is not freeable, so ``empty_cache``
-    cannot release its segments; after ``reset`` it can, and the pool is forgotten once it holds none."""
+    cannot release its segments; after ``reset`` it can, and the pool is forgotten once it holds none. (The
+    default generator's two 8-byte holders, made by the capture in the device's own pool, go when the graph
+    is deleted.)"""
     a = _alloc()
     a.free(a.malloc(30 * MiB))
     g = CUDAGraph(a)
     with graph(a, g):
-        assert a.memory_reserved() == 0  # the context emptied the cache first
+        assert a.memory_reserved() == kSmallBuffer  # the context emptied the cache first; the generator's holders
         tmp = a.malloc(30 * MiB, stream=g.capture_stream)
         a.free(tmp)
     a.empty_cache()
-    (seg,) = a.segments()
+    holders, seg = sorted(a.segments(), key=lambda seg: seg["total_size"])
     assert seg["segment_pool_id"] == g.pool() and seg["stream"] == g.capture_stream
-    g.reset()
+    assert holders["segment_pool_id"] == (0, 0) and holders["allocated_size"] == 2 * 512
+    g.delete()
     a.empty_cache()
     assert a.memory_reserved() == 0 and not a.graph_pools and not a.graph_pools_freeable
     _checked(a)

@@ -16,7 +16,6 @@ from memviz.units import format_bytes
 
 __all__ = ["SimTensor", "SimulatedBackend"]
 
-GENERATOR_TENSOR_BYTES = 8  # CUDAGeneratorState's seed_extragraph_ / offset_extragraph_: at::empty({1}, kLong)
 
 
 class SimTensor:
@@ -84,8 +83,6 @@ class SimulatedBackend(Backend):
         self._busy_until: dict[int, float] = {}  # stream -> time.monotonic() its queued work ends
         self._capture_stream: int | None = None  # torch's one default capture stream, made on first capture
         self._capture: tuple[CUDAGraph, int] | None = None  # the graph being captured, the stream before it
-        self._generator_graphs: set[CUDAGraph] = set()  # graphs the default CUDA generator is registered with
-        self._generator_blocks: tuple[int, ...] = ()  # its seed and offset tensors while any graph is registered
         self._pools: dict[tuple[int, int], MemPool] = {}  # new_pool's pools by id
 
     def empty(self, request: Request) -> SimTensor:
@@ -155,9 +152,8 @@ class SimulatedBackend(Backend):
 
     def begin_capture(self, pool_id: tuple[int, int] | None) -> CUDAGraph:
         """What entering ``torch.cuda.graph(g, pool=pool_id)`` does: synchronize, ``empty_cache()``, make the
-        capture stream current, then ``CUDAGraph::capture_begin``: register the default CUDA generator (the
-        first graph registered makes its two one-element int64 tensors, seed and offset, on the capture stream,
-        outside the graph's pool), then ``beginAllocateToPool``."""
+        capture stream current, then ``CUDAGraph::capture_begin`` (:meth:`memviz.sim.CUDAGraph.capture_begin`:
+        it registers the default CUDA generator, then ``beginAllocateToPool``)."""
         if self._capture is not None:
             raise InputError("a capture is already underway; end it first")
         if self._capture_stream is None:
@@ -166,10 +162,6 @@ class SimulatedBackend(Backend):
         self._busy_until.clear()
         self.allocator.empty_cache()
         g = CUDAGraph(self.allocator)
-        if not self._generator_graphs:
-            self._generator_blocks = tuple(self.allocator.malloc(GENERATOR_TENSOR_BYTES, self._capture_stream)
-                                           for _ in ("seed", "offset"))
-        self._generator_graphs.add(g)
         try:
             g.capture_begin(pool_id, self._capture_stream)
         except BaseException:
@@ -196,14 +188,8 @@ class SimulatedBackend(Backend):
         graph.replay()
 
     def delete_graph(self, graph: CUDAGraph) -> None:
-        """``del g``: ``~CUDAGraph`` unregisters the generator (the last graph frees its seed and offset tensors),
-        then ``reset()`` lets go of the pool."""
-        self._generator_graphs.discard(graph)
-        if not self._generator_graphs and self._generator_blocks:
-            for address in self._generator_blocks:
-                self.allocator.free(address)
-            self._generator_blocks = ()
-        graph.reset()
+        """``del g``: ``~CUDAGraph`` (:meth:`memviz.sim.CUDAGraph.delete`)."""
+        graph.delete()
 
     def memory_stats(self) -> Mapping[str, int]:
         return self.allocator.memory_stats()

@@ -10,20 +10,23 @@ torch's Python objects drive four allocator calls — ``beginAllocateToPool``, `
     >>> g = CUDAGraph(a)
     >>> with graph(a, g):                       # torch.cuda.graph(g): empty_cache, capture on a side stream
     ...     out = a.malloc(8 << 20, stream=g.capture_stream)
-    >>> a.empty_cache(); a.memory_reserved() >> 20     # the graph holds its pool
-    20
+    >>> a.empty_cache(); a.memory_reserved() >> 20     # the graph holds its pool, the generator 2 MiB
+    22
     >>> pool = MemPool(a)
     >>> with use_mem_pool(a, pool):
     ...     x = a.malloc(1 << 20)
-    >>> sorted(seg["segment_pool_id"] for seg in a.segments())
-    [(0, 1), (1, 0)]
+    >>> sorted(seg["segment_pool_id"] for seg in a.segments())   # the device's own: the generator's
+    [(0, 0), (0, 1), (1, 0)]
 
 Pool ids follow torch: ``MemPool()`` and ``graph_pool_handle()`` give ``(0, n)`` from one counter, a
-capture without ``pool=`` makes ``(n, 0)`` from another, each starting at 1 per allocator.
+capture without ``pool=`` makes ``(n, 0)`` from another, each starting at 1 per allocator. Every capture
+registers the default CUDA generator (:func:`default_generator`), whose two 8-byte tensors live while any
+graph does (the 2 MiB segment left above, on the capture stream).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -35,9 +38,55 @@ from .pools import PoolId
 if TYPE_CHECKING:
     from .allocator import CachingAllocator
 
-__all__ = ["DEFAULT_CAPTURE_STREAM", "CUDAGraph", "MemPool", "graph", "graph_pool_handle", "use_mem_pool"]
+__all__ = ["DEFAULT_CAPTURE_STREAM", "GENERATOR_TENSOR_BYTES", "CUDAGeneratorState", "CUDAGraph", "MemPool",
+           "default_generator", "graph", "graph_pool_handle", "use_mem_pool"]
 
 DEFAULT_CAPTURE_STREAM = 7  # the side stream torch.cuda.graph captures on unless told (any id the program leaves free)
+
+GENERATOR_TENSOR_BYTES = 8
+"""Bytes of each of ``CUDAGeneratorState``'s ``seed_extragraph_`` and ``offset_extragraph_``
+(``at::empty({1}, kLong)``)."""
+
+
+class CUDAGeneratorState:
+    """A CUDA generator's graph-safe state (``CUDAGeneratorState``, ATen/cuda/CUDAGeneratorImpl.cpp), as the
+    allocator sees it: registering the first graph makes its seed and offset tensors (one int64 each) on the
+    stream current then, the capture stream, before the capture's pool takes over (so in the device's own
+    pool); unregistering the last graph frees them."""
+
+    def __init__(self, allocator: CachingAllocator) -> None:
+        self._allocator = allocator
+        self._graphs: set[CUDAGraph] = set()
+        self._tensor_addresses: tuple[int, ...] = ()
+
+    def register_graph(self, graph: CUDAGraph, stream: int) -> None:
+        """``register_graph``: the first graph registered allocates the seed and offset tensors on ``stream``."""
+        if not self._graphs:
+            self._tensor_addresses = tuple(self._allocator.malloc(GENERATOR_TENSOR_BYTES, stream)
+                                           for _ in ("seed", "offset"))
+        self._graphs.add(graph)
+
+    def unregister_graph(self, graph: CUDAGraph) -> None:
+        """``unregister_graph``: the last graph unregistered frees them. A graph not registered does nothing."""
+        if graph not in self._graphs:
+            return
+        self._graphs.discard(graph)
+        if not self._graphs:
+            for address in self._tensor_addresses:
+                self._allocator.free(address)
+            self._tensor_addresses = ()
+
+
+_default_generators: weakref.WeakKeyDictionary[CachingAllocator, CUDAGeneratorState] = weakref.WeakKeyDictionary()
+
+
+def default_generator(allocator: CachingAllocator) -> CUDAGeneratorState:
+    """The default CUDA generator of ``allocator``'s device (``getDefaultCUDAGenerator()``: one per device),
+    made on first use."""
+    state = _default_generators.get(allocator)
+    if state is None:
+        state = _default_generators[allocator] = CUDAGeneratorState(allocator)
+    return state
 
 
 def graph_pool_handle(allocator: CachingAllocator) -> PoolId:
@@ -102,8 +151,9 @@ class CUDAGraph:
     """``torch.cuda.CUDAGraph``: what a capture does to the allocator.
 
     During the capture, allocations made on the capture stream go to the graph's private pool; the pool
-    outlives the capture, held by the graph until :meth:`reset` (deleting the graph). Replays allocate
-    nothing.
+    outlives the capture, held by the graph until :meth:`reset`. Capturing registers the graph with the
+    device's default generator (:func:`default_generator`), which :meth:`delete` unregisters. Replays
+    allocate nothing.
     """
 
     def __init__(self, allocator: CachingAllocator) -> None:
@@ -114,9 +164,11 @@ class CUDAGraph:
 
     def capture_begin(self, pool: PoolId | None = None, stream: int = DEFAULT_CAPTURE_STREAM) -> None:
         """Start capturing on ``stream`` into ``pool`` (another graph's ``pool()`` or a ``graph_pool_handle``;
-        None: a new pool). Raises InputError if this graph was captured already."""
+        None: a new pool): register the default generator (``gen->register_graph(this)``), then
+        ``beginAllocateToPool``. Raises InputError if this graph was captured already."""
         if self._pool is not None:
             raise InputError("this CUDAGraph was captured already; reset() it first")
+        default_generator(self._allocator).register_graph(self, stream)
         if pool is None:
             self._allocator.capture_uuid += 1
             pool_id: PoolId = (self._allocator.capture_uuid, 0)
@@ -155,6 +207,12 @@ class CUDAGraph:
             self.capture_end()
         self._allocator.release_pool(self._pool)
         self._pool = None
+
+    def delete(self) -> None:
+        """What deleting the graph does (``~CUDAGraph``): unregister it from the default generator (the last graph
+        frees the generator's two tensors), then :meth:`reset`."""
+        default_generator(self._allocator).unregister_graph(self)
+        self.reset()
 
 
 @contextmanager
