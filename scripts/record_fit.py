@@ -166,6 +166,31 @@ HELDOUT2: list[tuple[str, str, dict, str, float]] = [
     ("ho-rnx-b32-capp3", "resnext_training", {"batch": 32}, "", 3216 / 1024),
 ]
 
+#: The third held-out set (``--parts heldout3``): torchvision's models (memviz/predict/heldout_torchvision.py, the
+#: recording machine's torchvision), never predicted before they were recorded.
+HELDOUT3: list[tuple[str, str, dict, str, float]] = [
+    (f"ho-tv-{name}", f"torchvision_{kind}", {"model": model, **kwargs}, conf, 24)
+    for name, kind, model, kwargs, conf in (
+        ("resnet50-b64", "training", "resnet50", {"batch": 64}, ""),
+        ("resnet50-b64-exp", "training", "resnet50", {"batch": 64}, EXP),
+        ("resnet50-b64-amp-cl", "training", "resnet50", {"batch": 64, "amp": True, "channels_last": True}, ""),
+        ("effb0-b64-amp", "training", "efficientnet_b0", {"batch": 64, "amp": True}, ""),
+        ("mbv3l-b128-amp", "training", "mobilenet_v3_large", {"batch": 128, "amp": True}, ""),
+        ("convnext-t-b32-amp", "training", "convnext_tiny", {"batch": 32, "amp": True}, ""),
+        ("convnext-t-b32-amp-exp", "training", "convnext_tiny", {"batch": 32, "amp": True}, EXP),
+        ("vit-b16-b32-amp", "training", "vit_b_16", {"batch": 32, "amp": True}, ""),
+        ("vit-b16-b32-amp-exp", "training", "vit_b_16", {"batch": 32, "amp": True}, EXP),
+        ("swin-t-b32-amp", "training", "swin_t", {"batch": 32, "amp": True}, ""),
+        ("densenet121-b32", "training", "densenet121", {"batch": 32}, ""),
+        ("regnety16-b64-amp", "training", "regnet_y_1_6gf", {"batch": 64, "amp": True}, ""),
+        ("resnet50-inf-b128", "inference", "resnet50", {"batch": 128}, ""),
+        ("vit-b16-inf-b128", "inference", "vit_b_16", {"batch": 128}, ""),
+        ("effb0-inf-b256", "inference", "efficientnet_b0", {"batch": 256}, ""),
+        ("swin-t-inf-b64", "inference", "swin_t", {"batch": 64}, ""),
+        ("convnext-t-inf-b128", "inference", "convnext_tiny", {"batch": 128}, ""),
+    )
+]
+
 #: (id, program, kwargs without batch, alloc_conf, cap in GiB, first guess of a batch that fits, one that does not).
 CHAINS: list[tuple[str, str, dict, str, float, int, int]] = [
     ("gpt-amp-cap8", "gpt_training", {}, "", 8, 12, 48),
@@ -194,6 +219,13 @@ HELDOUT2_CHAINS: list[tuple[str, str, dict, str, float, int, int]] = [
     ("ho-rnx-cap4", "resnext_training", {}, "", 4, 44, 66),
 ]
 
+#: Largest-batch searches of the third held-out set (``--parts heldout3-chains``), as CHAINS.
+HELDOUT3_CHAINS: list[tuple[str, str, dict, str, float, int, int]] = [
+    ("ho-tv-resnet50-cap8", "torchvision_training", {"model": "resnet50"}, "", 8, 64, 128),
+    ("ho-tv-vit-b16-amp-cap8", "torchvision_training", {"model": "vit_b_16", "amp": True}, "", 8, 32, 96),
+    ("ho-tv-effb0-amp-cap8-exp", "torchvision_training", {"model": "efficientnet_b0", "amp": True}, EXP, 8, 64, 256),
+]
+
 
 def _load(name: str):
     """memviz/predict/<name>.py loaded by path (the package around it need not import)."""
@@ -211,8 +243,8 @@ def _programs():
 
 
 def _program_module(program: str):
-    """The module (programs.py, heldout.py or heldout_convs.py) that defines ``program``."""
-    for name in ("programs", "heldout", "heldout_convs"):
+    """The module of memviz/predict (programs.py or a heldout*.py) that defines ``program``."""
+    for name in ("programs", "heldout", "heldout_convs", "heldout_torchvision"):
         module = _load(name)
         if program in module.PROGRAMS:
             return module
@@ -545,7 +577,8 @@ def _chain(chain: tuple, out_dir: Path, stop_at: float) -> dict:
     return result
 
 
-PARTS = ("plan", "chains", "probe", "probe2", "heldout", "heldout-chains", "heldout2", "heldout2-chains")
+PARTS = ("plan", "chains", "probe", "probe2", "heldout", "heldout-chains", "heldout2", "heldout2-chains", "heldout3",
+         "heldout3-chains")
 
 
 def _spec(run: tuple) -> dict:
@@ -588,10 +621,11 @@ def main() -> None:
     if unknown:
         ap.error(f"unknown parts {sorted(unknown)}; choose from {','.join(PARTS)}")
     runs = [_spec(r) for r in (PLAN if "plan" in parts else []) + (HELDOUT if "heldout" in parts else [])
-            + (HELDOUT2 if "heldout2" in parts else [])]
+            + (HELDOUT2 if "heldout2" in parts else []) + (HELDOUT3 if "heldout3" in parts else [])]
     chains = {"chains": CHAINS if "chains" in parts else [],
               "heldout_chains": (HELDOUT_CHAINS if "heldout-chains" in parts else [])
-              + (HELDOUT2_CHAINS if "heldout2-chains" in parts else [])}
+              + (HELDOUT2_CHAINS if "heldout2-chains" in parts else [])
+              + (HELDOUT3_CHAINS if "heldout3-chains" in parts else [])}
     probes = (["probe"] if "probe" in parts else []) + \
         ([f"{b}-{d}" for b in PROBE2_BATCHES for d in PROBE2_DTYPES] if "probe2" in parts else [])
     if args.dry_run:

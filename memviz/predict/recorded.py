@@ -16,16 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import heldout, heldout_convs, programs
+from . import heldout, heldout_convs, heldout_torchvision, programs
 
-PROGRAMS = {**programs.PROGRAMS, **heldout.PROGRAMS, **heldout_convs.PROGRAMS}
+PROGRAMS = {**programs.PROGRAMS, **heldout.PROGRAMS, **heldout_convs.PROGRAMS, **heldout_torchvision.PROGRAMS}
 """Every recorded program by name: :mod:`memviz.predict.programs`' and the held-out ones."""
 
 HELDOUT_PREFIX = "ho-"
 """Ids of held-out runs and searches (programs or sizes the predictor was never fitted on) start so."""
 
 __all__ = ["DATA_DIR", "HELDOUT_PREFIX", "PROGRAMS", "MaxBatchRow", "RunRow", "compare_max_batch", "compare_run",
-           "load_max_batch", "load_run", "load_runs", "summarize"]
+           "load_max_batch", "load_run", "load_runs", "runnable", "summarize"]
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "tests" / "data" / "fit"
 """Where the recordings are (a source checkout's ``tests/data/fit``)."""
@@ -41,15 +41,28 @@ def load_run(run_id: str, data_dir: Path = DATA_DIR) -> dict[str, Any]:
         return json.load(f)
 
 
+def runnable(program: str) -> bool:
+    """Whether ``program`` can be predicted here: :mod:`memviz.predict.heldout_torchvision`'s need torchvision,
+    which memviz does not install."""
+    if program not in heldout_torchvision.PROGRAMS:
+        return True
+    try:
+        import torchvision  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def load_runs(data_dir: Path = DATA_DIR) -> list[dict[str, Any]]:
-    """Every recorded run (``h200/<id>.json.gz``), sorted by id."""
-    return [load_run(path.name.removesuffix(".json.gz"), data_dir)
-            for path in sorted((data_dir / "h200").glob("*.json.gz"))]
+    """Every recorded run (``h200/<id>.json.gz``) whose program is :func:`runnable` here, sorted by id."""
+    runs = (load_run(path.name.removesuffix(".json.gz"), data_dir)
+            for path in sorted((data_dir / "h200").glob("*.json.gz")))
+    return [run for run in runs if runnable(run["program"])]
 
 
 def load_max_batch(data_dir: Path = DATA_DIR) -> list[dict[str, Any]]:
-    """Every recorded largest-batch search (``h200_max_batch.json``)."""
-    return json.loads((data_dir / "h200_max_batch.json").read_text())
+    """Every recorded largest-batch search (``h200_max_batch.json``) whose program is :func:`runnable` here."""
+    return [s for s in json.loads((data_dir / "h200_max_batch.json").read_text()) if runnable(s["program"])]
 
 
 @dataclass(frozen=True)
