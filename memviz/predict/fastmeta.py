@@ -5,7 +5,9 @@ milliseconds per call: batch norm and its backward, pointwise backward ops, and 
 ops an optimizer step runs over every parameter. A prediction only needs the outputs' shapes, dtypes
 and strides, which for these ops follow from the inputs directly:
 
-- an in-place op (``add_``, ``_foreach_mul_``...) returns its first argument, or nothing;
+- an in-place op (``add_``, ``_foreach_mul_``...) returns its first argument, or nothing — except the ops that
+  change the first argument's shape or strides (``transpose_``, ``squeeze_``, ``resize_``..., torch's
+  ``inplace_view`` tag), whose meta kernel must run (GRU's backward transposes a gradient in place);
 - a pointwise op whose tensor arguments all have one shape, dtype and layout returns one like them;
 - ``native_batch_norm`` returns the output like the input and, in training, the per-channel mean and
   inverse std in the accumulation type (fp32 for fp16/bf16 inputs); ``native_batch_norm_backward``
@@ -88,6 +90,10 @@ _OTHER = {aten.native_batch_norm.default: _batch_norm,
           aten.native_layer_norm.default: _layer_norm,
           aten.native_layer_norm_backward.default: _layer_norm_backward}
 
+_RESIZES = {"resize_", "resize_as_", "resize_as_sparse_", "set_", "_resize_output_", "sparse_resize_",
+            "sparse_resize_and_clear_"}
+"""In-place ops that change their first argument's metadata but carry no ``inplace_view`` tag."""
+
 _cache: dict[Any, Any] = {}
 
 
@@ -100,6 +106,8 @@ def _classify(func: Any) -> Any:
     name = schema.name.split("::")[-1]
     first = schema.arguments[0] if schema.arguments else None
     writes_first = first is not None and first.alias_info is not None and first.alias_info.is_write
+    if torch.Tag.inplace_view in func.tags or name in _RESIZES:
+        return False
     if name.endswith("_") and writes_first and not any(a.kwarg_only and a.name == "out" for a in schema.arguments):
         if not schema.returns:
             return lambda args, kwargs: _inplace(args, None)
