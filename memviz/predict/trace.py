@@ -138,6 +138,7 @@ class Session:
         self.live: dict[int, list] = {}  # storage id -> [ptr, nbytes, alloc event index]
         self._refs: dict[int, tuple[weakref.ref, int]] = {}
         self.producers: dict[int, int] = {}  # storage id -> sequence number of the backward node that made it
+        self.host_values: dict[int, tuple[weakref.ref, torch.Tensor]] = {}  # small device tensors' known values
         self.gpu_depth = 0
         self.default_cuda = False  # the program called torch.set_default_device("cuda")
         self.phase = "setup"
@@ -301,6 +302,17 @@ class Session:
             if entry is not None:
                 self.free(entry[0], entry[2])
 
+    def remember_values(self, device_tensor: torch.Tensor, host: torch.Tensor) -> None:
+        """``device_tensor`` holds ``host``'s values (a copy of a host tensor, a mask torch builds): torch's own
+        decisions on them (:func:`_detect_is_causal_mask`) read the host copy. Forgotten when it dies."""
+        key = id(device_tensor)
+        self.host_values[key] = (weakref.ref(device_tensor, lambda ref: self.host_values.pop(key, None)), host)
+
+    def values_of(self, device_tensor: torch.Tensor) -> torch.Tensor | None:
+        """The host tensor with ``device_tensor``'s values, or None if they are not known."""
+        entry = self.host_values.get(id(device_tensor))
+        return entry[1] if entry is not None and entry[0]() is device_tensor else None
+
     def tag(self, t: Any, category: str, overwrite: bool = False) -> None:
         if isinstance(t, torch.Tensor) and t.is_meta:
             entry = self.live.get(id(t.untyped_storage()))
@@ -405,6 +417,35 @@ def _patch_torch(session: Session) -> list[tuple[Any, str, Any]]:
         return model if model is not None else (lambda fn: fn)
 
     put(torch, "compile", compile_eagerly)
+
+    import torch.nn.modules.transformer as transformer
+
+    original_generate = transformer._generate_square_subsequent_mask
+    original_detect = transformer._detect_is_causal_mask
+
+    def generate_square_subsequent_mask(sz: int, device: Any = None, dtype: Any = None) -> torch.Tensor:
+        mask = original_generate(sz, device=device, dtype=dtype)
+        if mask.is_meta:
+            with session.on_host():
+                session.remember_values(mask, original_generate(sz, device="cpu", dtype=dtype))
+        return mask
+
+    def detect_is_causal_mask(mask: Any, is_causal: Any = None, size: Any = None) -> bool:
+        """nn.Transformer* compare a mask with a causal one when not told (``is_causal=None``): on the host
+        copy of its values where they are known (a mask torch built, or moved from the host), else not causal
+        (the mask is used as given), said in the notes."""
+        if is_causal is None and isinstance(mask, torch.Tensor) and mask.is_meta:
+            host = session.values_of(mask)
+            if host is None:
+                session.note("nn.Transformer: a mask of unknown values was taken as not causal (pass "
+                             "is_causal=True / tgt_is_causal=True when it is)")
+                return False
+            with session.on_host():
+                return original_detect(host, is_causal, size)
+        return original_detect(mask, is_causal, size)
+
+    put(transformer, "_generate_square_subsequent_mask", generate_square_subsequent_mask)
+    put(transformer, "_detect_is_causal_mask", detect_is_causal_mask)
     return saved
 
 
@@ -549,7 +590,14 @@ def _to_device(s: Session, t: torch.Tensor, call: Callable[..., torch.Tensor], *
         out = call(t, *args, **kwargs)
     if isinstance(t, torch.nn.Parameter):
         s.tag(out, "parameters")
+    elif not t.is_meta and t.device.type == "cpu" and t.numel() <= _KNOWN_VALUES_NUMEL and out is not t:
+        s.remember_values(out, t)
     return out
+
+
+_KNOWN_VALUES_NUMEL = 1 << 20
+"""Host tensors up to this many elements keep their values for torch's decisions on the device copy (a
+``tgt_mask`` built on the host and moved: 4 MiB of host memory at most each, while the copy lives)."""
 
 
 def _tensor_cuda(s: Session, func: Any, args: tuple, kwargs: dict) -> torch.Tensor:
@@ -634,21 +682,47 @@ def _pass_through(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
 def _data_dependent(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
     t = args[0]
     if isinstance(t, torch.Tensor) and t.is_meta:
-        if func is torch.Tensor.item and _called_from_grad_scaler():
-            return 0.0  # GradScaler asks whether a gradient overflowed: a healthy step, as on the GPU
+        frame = _torch_caller()
+        if frame is not None:
+            rel = os.path.relpath(frame.f_code.co_filename, _TORCH_DIR).replace(os.sep, "/")
+            answer = _HEALTHY_READS.get(((rel, frame.f_code.co_name), func.__name__))
+            if answer is not None:
+                return answer(frame)
         raise DataDependentError(f"Tensor.{func.__name__}", s.user_line())
     return func(*args, **kwargs)
 
 
-def _called_from_grad_scaler() -> bool:
+_PLUMBING = {os.path.join(_TORCH_DIR, *name.split("/")) for name in ("overrides.py", "_tensor.py", "utils/_device.py")}
+
+
+def _torch_caller() -> Any:
+    """The frame of torch's code that asked for the value (a generator expression's enclosing function), or None
+    if the first frame outside memviz and torch's dispatch plumbing is the user's."""
     f = sys._getframe(2)
-    for _ in range(4):
-        if f is None:
-            return False
-        if f.f_code.co_filename.replace(os.sep, "/").endswith("amp/grad_scaler.py"):
-            return True
-        f = f.f_back
-    return False
+    while f is not None:
+        name = f.f_code.co_filename
+        if (name.startswith(_MEMVIZ_DIR) and name != _USER_OK) or name.startswith("<frozen") or name in _PLUMBING \
+                or (name.startswith(_TORCH_DIR) and f.f_code.co_name.startswith("<")):
+            f = f.f_back
+            continue
+        return f if name.startswith(_TORCH_DIR) else None
+    return None
+
+
+_HEALTHY_READS: dict[tuple[tuple[str, str], str], Callable[[Any], Any]] = {
+    # GradScaler's step asks whether a gradient overflowed: a healthy step, as on the GPU
+    (("amp/grad_scaler.py", "_maybe_opt_step"), "item"): lambda frame: 0.0,
+    # get_scale() / state_dict(): no step overflowed, so no step lowered the scale (accelerate compares the
+    # scale before and after update() to see a skipped step: none is)
+    (("amp/grad_scaler.py", "get_scale"), "item"): lambda frame: float(frame.f_locals["self"]._init_scale),
+    (("amp/grad_scaler.py", "_get_growth_tracker"), "item"): lambda frame: 0,
+    # a distribution checks its arguments and samples (validate_args, on by default): a valid program's pass
+    (("distributions/distribution.py", "__init__"), "__bool__"): lambda frame: True,
+    (("distributions/distribution.py", "_validate_sample"), "__bool__"): lambda frame: True,
+}
+"""Values torch's own code reads from device tensors in an ordinary program: ((file under torch/, function),
+Tensor method) → the answer a healthy run on the GPU gets, from the asking frame. Their memory does not depend
+on the answer; the program's own reads (``loss.item()``) stay :class:`DataDependentError`."""
 
 
 _FACTORIES = frozenset(_device_constructors())
