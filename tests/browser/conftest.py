@@ -1,7 +1,9 @@
 """Fixtures for tests that drive a real JupyterLab in headless Chromium (``@pytest.mark.browser``).
 
-One JupyterLab server and one Chromium per test session; one tab per test file, in which JupyterLab
-loads once (each test opens its notebook in the running app; a load costs ~3.5 s of renderer CPU). The work is done by
+One JupyterLab server and one Chromium per test session, and one tab, in which JupyterLab loads once: each
+test opens its notebook in the running app (a JupyterLab load costs ~7 s of Chromium's CPU on 2 cores). A file
+that must start in a page that has loaded nothing yet sets ``FRESH_PAGE = True``: it runs first and gets a
+new tab if the session's has been used. The work is done by
 plain functions in ``jlab.py`` (importable without pytest: the benchmarks use them too); the fixtures
 here are thin wrappers. Quick start for a new test file in this folder::
 
@@ -22,11 +24,11 @@ Fixtures:
   ``.write_notebook(name, cells)`` / ``.copy_notebook("notebooks/x.ipynb")`` put notebooks there,
   ``.api("api/sessions")`` calls its REST API. Killed (process group, kernels too) at the end.
 * ``lab_context`` (session): the Playwright persistent Chromium context (fresh temp profile).
-* ``lab_page`` (per test): the test file's tab, which accepts dialogs and records console errors
-  (``jlab.console_errors(page)``, for the whole file). At teardown: a screenshot
-  ``test-artifacts/<test>-FAILED.png`` if the test failed (and the next test gets a new tab), the
-  notebooks are closed and every kernel is shut down. Set up the page before it first navigates (e.g.
-  ``jlab.late_large_modules``) in a file of its own, or in the file's first test.
+* ``lab_page`` (per test): the session's tab, which accepts dialogs and records console errors
+  (``jlab.console_errors(page)``, for every test it served), sized ``jlab.VIEWPORT`` at the start of each
+  test. At teardown: a screenshot ``test-artifacts/<test>-FAILED.png`` if the test failed (and the next
+  test gets a new tab), the notebooks are closed and every kernel is shut down. Set up the page before it
+  first navigates (e.g. ``jlab.late_large_modules``) in the first test of a file with ``FRESH_PAGE = True``.
 * ``lab`` (per test): ``jlab.Lab(lab_server, lab_page, reuse_app=True)``: ``open``, ``run_all``, ``run_cell``,
   ``click``, ``text``/``texts``, ``wait_text``, ``js``/``wait_js``, ``kernel``, ``measure_click``,
   ``screenshot``, all documented in ``jlab.py``.
@@ -48,6 +50,7 @@ import pytest
 from jlab import (  # noqa: F401 - re-exported for tests and for `import conftest`
     ARTIFACTS_DIR,
     CHROMIUM,
+    VIEWPORT,
     HarnessError,
     JupyterServer,
     Lab,
@@ -102,7 +105,14 @@ def require_browser() -> bool:
     return os.environ.get("MEMVIZ_REQUIRE_BROWSER", "") == "1"
 
 
+def _wants_fresh_page(item) -> bool:
+    return bool(getattr(getattr(item, "module", None), "FRESH_PAGE", False))
+
+
 def pytest_collection_modifyitems(config, items):
+    # Files that need a page that has loaded nothing run first, in the session's tab while it is still unused
+    # (stable: every other order is kept; the root conftest's longest-first sort keeps it too).
+    items.sort(key=lambda item: not _wants_fresh_page(item))
     for item in items:
         if Path(item.path).parent == HERE or HERE in Path(item.path).parents:
             item.add_marker(pytest.mark.browser)
@@ -160,19 +170,28 @@ def lab_context(_lab_session):
     return _lab_session[1]
 
 
-@pytest.fixture(scope="module")
-def _file_tab(lab_context):
-    """The test file's tab, in a list: ``lab_page`` replaces it after a failed test."""
-    tab = [new_page(lab_context)]
+@pytest.fixture(scope="session")
+def _session_tab(lab_context):
+    """The session's tab: ``{"page", "used", "fresh_files"}``; ``lab_page`` replaces the page after a failed
+    test or for a ``FRESH_PAGE`` file once the page has been used."""
+    tab = {"page": new_page(lab_context), "used": False, "fresh_files": set()}
     yield tab
-    tab[0].close()
+    tab["page"].close()
 
 
 @pytest.fixture
-def lab_page(request, lab_server, lab_context, _file_tab):
-    """The file's tab for one test; screenshot on failure (then a new tab for the next test); closes the
-    notebooks and shuts the kernels down after."""
-    page = _file_tab[0]
+def lab_page(request, lab_server, lab_context, _session_tab):
+    """The session's tab for one test, at the default viewport; screenshot on failure (then a new tab for
+    the next test); closes the notebooks and shuts the kernels down after."""
+    path = request.node.path
+    if _wants_fresh_page(request.node) and path not in _session_tab["fresh_files"]:
+        _session_tab["fresh_files"].add(path)
+        if _session_tab["used"]:
+            _session_tab["page"].close()
+            _session_tab["page"] = new_page(lab_context)
+    page = _session_tab["page"]
+    _session_tab["used"] = True
+    page.set_viewport_size(VIEWPORT)
     yield page
     reports = request.node.stash.get(_REPORT_KEY, {})
     if any(r.failed for r in reports.values()):
@@ -186,7 +205,7 @@ def lab_page(request, lab_server, lab_context, _file_tab):
         if errors:
             print("browser console errors:\n  " + "\n  ".join(errors[-20:]))
         page.close()
-        _file_tab[0] = new_page(lab_context)
+        _session_tab["page"] = new_page(lab_context)
     elif showing_lab(page, lab_server):
         close_documents(page)
     lab_server.shutdown_kernels()

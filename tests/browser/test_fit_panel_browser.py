@@ -16,6 +16,7 @@ from memviz.predict.programs import mlp_training  # a user's training script: (b
 from memviz.widgets._common import exact_bytes
 
 pytestmark = pytest.mark.browser
+FRESH_PAGE = True  # plotly's module must be imported late, so it must not have been imported in the page yet
 
 GAUGE = ".memviz-fit-gauges .memviz-gauge-{} .memviz-gauge-value"
 
