@@ -7,11 +7,8 @@ torchvision's models, is ``benchmarks/predict_zoo.py``.
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 import memviz
@@ -60,3 +57,59 @@ def test_transformer_detects_a_causal_mask_as_torch_does() -> None:
     # causal: the decoder's self-attention drops the mask and runs flash attention (bf16, no mask);
     # a mask of unknown values is used as given (memory-efficient attention with a bias)
     assert ops["device"] == ops["host"] > ops["unknown"]
+
+
+def test_tensors_made_on_another_tensors_device_are_device_memory() -> None:
+    """``device=x.device`` / ``next(model.parameters()).device`` (nanoGPT's positions, HF's masks) is the GPU:
+    those tensors count, ``is_cuda`` is true, and DataParallel on the one GPU runs its module."""
+    def prog() -> None:
+        model = nn.DataParallel(nn.Linear(1024, 1024, bias=False).cuda())
+        device = next(model.parameters()).device
+        assert device == torch.device("cuda", 0) and next(model.parameters()).is_cuda
+        pos = torch.zeros(1 << 20, device=device) + 1  # 4 MiB of zeros, their 4 MiB sum; the zeros go
+        assert torch.cuda.memory_allocated() == 2 * 4 * 2**20  # the weight and pos
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            model(torch.randn(8, 1024, device=device)).float().sum().backward()
+        del pos
+
+    p = memviz.predict(prog, device="H200")
+    assert p.fits and p.breakdown()["gradients"] == 1024 * 1024 * 4
+    assert p.peak_allocated_bytes >= 4 * 2**20 * 3
+
+
+def test_deepcopy_save_and_load_of_device_tensors() -> None:
+    """``copy.deepcopy(model)`` (an EMA) copies on the device; ``torch.save`` writes no values, ``torch.load``
+    reads them back as host tensors that ``load_state_dict`` copies in place."""
+    import copy
+    import io
+
+    def prog() -> None:
+        lin = nn.Linear(1024, 1024, bias=False).cuda()
+        ema = copy.deepcopy(lin)
+        assert torch.cuda.memory_allocated() == 2 * 1024 * 1024 * 4 and ema.weight.is_cuda
+        buf = io.BytesIO()
+        torch.save({"model": lin.state_dict()}, buf)
+        buf.seek(0)
+        ema.load_state_dict(torch.load(buf)["model"])
+        assert torch.cuda.memory_allocated() == 2 * 1024 * 1024 * 4
+
+    assert memviz.predict(prog, device="H200").fits
+
+
+def test_distributions_validate_their_arguments_and_the_programs_item_is_still_refused() -> None:
+    """A VAE's ``Normal(mu, sigma)`` checks ``sigma > 0`` (validate_args): torch's check passes, as in a healthy
+    run; the program's own ``.item()`` is still a DataDependentError naming its line."""
+    def prog(log: bool) -> None:
+        enc = nn.Linear(64, 32).cuda()
+        mu, log_sigma = enc(torch.randn(16, 64, device="cuda")).chunk(2, -1)
+        q = torch.distributions.Normal(mu, log_sigma.exp())
+        z = q.rsample()
+        loss = torch.distributions.kl_divergence(q, torch.distributions.Normal(0.0, 1.0)).sum() + z.sum()
+        loss = loss - q.log_prob(z).sum()
+        loss.backward()
+        if log:
+            print(loss.item())
+
+    assert memviz.predict(prog, False, device="H200").breakdown()["gradients"] == (64 * 32 + 32) * 4
+    with pytest.raises(memviz.predict.DataDependentError, match=r"item.*test_predict_zoo\.py"):
+        memviz.predict(prog, True, device="H200")

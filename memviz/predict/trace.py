@@ -418,6 +418,13 @@ def _patch_torch(session: Session) -> list[tuple[Any, str, Any]]:
 
     put(torch, "compile", compile_eagerly)
 
+    def data_parallel_forward(self: torch.nn.DataParallel, *inputs: Any, **kwargs: Any) -> Any:
+        # one GPU: DataParallel runs the module on the inputs (its scatter of device inputs to the one device
+        # makes views, no memory), as torch does with one device id
+        return self.module(*inputs, **kwargs)
+
+    put(torch.nn.DataParallel, "forward", data_parallel_forward)
+
     import torch.nn.modules.transformer as transformer
 
     original_generate = transformer._generate_square_subsequent_mask
@@ -675,6 +682,36 @@ def _linear(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
         return torch.matmul(inp, weight.t()).add_(bias)
 
 
+_CUDA0 = torch.device("cuda", 0)
+
+
+def _tensor_device(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
+    """``t.device`` of a device tensor is ``cuda:0``, as on the GPU: ``torch.arange(n, device=x.device)``,
+    ``device = next(model.parameters()).device`` and ``torch.autocast(x.device.type)`` land on the device.
+    torch's pickling (``torch.save``, ``Tensor.__reduce_ex__``) sees ``meta``: it saves no values."""
+    if not s.is_device(args[0]):
+        return func(*args, **kwargs)
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith(_MEMVIZ_DIR):
+        f = f.f_back
+    if f is not None and f.f_code.co_filename in _SEES_META:
+        return func(*args, **kwargs)
+    return _CUDA0
+
+
+_SEES_META = {os.path.join(_TORCH_DIR, "serialization.py"), os.path.join(_TORCH_DIR, "_tensor.py")}
+"""Where a device tensor's ``.device`` stays ``meta``: torch's serialization and ``Tensor``'s pickling and
+deep copy (which copy meta tensors with ``clone``, on the device, instead of reading their storage)."""
+
+
+def _tensor_is_cuda(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
+    return True if s.is_device(args[0]) else func(*args, **kwargs)
+
+
+def _tensor_get_device(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
+    return 0 if s.is_device(args[0]) else func(*args, **kwargs)
+
+
 def _pass_through(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
     return args[0]
 
@@ -745,6 +782,9 @@ _SPECIAL: dict[Any, Callable[[Session, Any, tuple, dict], Any]] = {
     torch.autograd.grad: _tensor_backward,
     torch.nn.functional.linear: _linear,
     torch.Tensor.pin_memory: _pass_through,
+    torch.Tensor.device.__get__: _tensor_device,
+    torch.Tensor.is_cuda.__get__: _tensor_is_cuda,
+    torch.Tensor.get_device: _tensor_get_device,
     torch.Tensor.numpy: _data_dependent,
     torch.Tensor.tolist: _data_dependent,
     torch.Tensor.item: _data_dependent,
