@@ -150,6 +150,26 @@ def test_autocast_keeps_the_bf16_weight_copies_until_the_region_ends() -> None:
     assert fp32.peak_allocated_bytes != bf16.peak_allocated_bytes
 
 
+def test_inference_mode_casts_the_weight_at_each_use_as_the_installed_torch_does() -> None:
+    """torch 2.11 (the H200's) and later do not keep autocast's weight copies under inference_mode: each
+    Linear call casts its weight again and frees the copy after the op (the H200's inference recordings);
+    no_grad keeps one copy for the region. The predictor asks the installed torch (on CPU autocast)."""
+    from memviz.predict.autocast import caches_under_inference_mode
+
+    def prog(mode: str) -> None:
+        lin = torch.nn.Linear(1024, 1024, bias=False).cuda()
+        x = torch.randn(16, 1024, device="cuda")
+        with getattr(torch, mode)(), torch.autocast("cuda", dtype=torch.bfloat16):
+            lin(x)
+            lin(x)
+
+    weight_copy = 1024 * 1024 * 2
+    copies = {mode: [e for e in memviz.predict(prog, mode, device="H100").events
+                     if e.action == "alloc" and e.nbytes == weight_copy] for mode in ("no_grad", "inference_mode")}
+    assert len(copies["no_grad"]) == 1
+    assert len(copies["inference_mode"]) == (1 if caches_under_inference_mode() else 2)
+
+
 def test_fp16_with_grad_scaler_and_a_model_built_on_meta() -> None:
     def prog() -> None:
         with torch.device("meta"):

@@ -10,7 +10,8 @@ The op lists are CUDA's (``aten/src/ATen/autocast_mode.h``: ``AT_FORALL_LOWER_PR
 ``AT_FORALL_FP32``, ``AT_FORALL_FP32_SET_OPT_DTYPE``, ``AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE``,
 ``AT_FORALL_PROMOTE``), intersected with what the installed torch registers for ``AutocastCUDA``. The cast
 cache follows ``at::autocast::cached_cast``: fp32 leaf tensors that require grad (parameters) are cast
-once per outermost autocast region and the copy is kept until the region ends.
+once per outermost autocast region and the copy is kept until the region ends; under ``inference_mode``
+each use casts again where the installed torch does so (:func:`caches_under_inference_mode`).
 
 The same key carries the CUDA-only decisions of composite ops that would otherwise take their CPU/meta
 path: ``scaled_dot_product_attention`` picks flash / memory-efficient / math as
@@ -20,11 +21,13 @@ as CUDA does (``is_fused_kernel_acceptable``).
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 __all__ = ["POLICIES", "CudaEmulation"]
 
@@ -66,6 +69,29 @@ def _op(name: str) -> torch._ops.OpOverload:
     return getattr(getattr(torch.ops.aten, base), overload or "default")
 
 
+class _CountCasts(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.casts = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        self.casts += func in (torch.ops.aten._to_copy.default, torch.ops.aten.to.dtype)
+        return func(*args, **(kwargs or {}))
+
+
+@functools.cache
+def caches_under_inference_mode() -> bool:
+    """Whether the installed torch's autocast keeps its weight casts under ``torch.inference_mode()``.
+
+    torch 2.11 casts a parameter again at each use there (pytorch#165068; the H200's inference recordings
+    free each bf16 weight copy right after its op), older builds kept one copy per region. Measured once, on
+    CPU autocast (the same ``cached_cast``): ``mm(w, w)`` of one fp32 parameter casts it once when cached."""
+    weight = torch.nn.Parameter(torch.ones(2, 2))
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16), _CountCasts() as count:
+        torch.mm(weight, weight)
+    return count.casts == 1
+
+
 class CudaEmulation:
     """CUDA autocast and CUDA kernel choices for meta tensors, active between ``enter()`` and ``exit()``.
 
@@ -82,6 +108,7 @@ class CudaEmulation:
         self.choose_sdpa = choose_sdpa
         self.on_host_outputs = on_host_outputs
         self.cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._caches_under_inference_mode = caches_under_inference_mode()
         self._lib: torch.library.Library | None = None
         self._fallthrough: torch.library.Library | None = None
         self._guard: Any = None
@@ -136,7 +163,8 @@ class CudaEmulation:
         if not self._eligible(t) or t.dtype is dtype:
             return t
         cacheable = (dtype is torch.get_autocast_dtype("cuda") and t.dtype is torch.float32 and t.requires_grad
-                     and t.is_leaf and not t._is_view() and torch.is_autocast_cache_enabled())
+                     and t.is_leaf and not t._is_view() and torch.is_autocast_cache_enabled()
+                     and (self._caches_under_inference_mode or not torch.is_inference_mode_enabled()))
         if cacheable:
             hit = self.cache.get(id(t))
             if hit is not None and hit[0] is t:
