@@ -160,3 +160,25 @@ def test_strided_3x3_rgb_stems() -> None:
     rows = [r for r in _rows(PROBE.parent / "h200_probe3.json.gz") if "stem-s2" in r[0]["sources"]]
     assert len(rows) == 4 * 10 * 3
     assert _error(rows) <= 0.01, _error(rows)
+
+
+def _patchify_rows(probe: str, source: str) -> list:
+    return [r for r in _rows(PROBE.parent / probe)
+            if source in r[0]["sources"] and r[0]["k"] == r[0]["stride"] and r[0]["c_in"] == 3]
+
+
+def test_patch_embeddings() -> None:
+    """RGB patch embeddings (kernel = stride: ViT's 16×16, ConvNeXt's 4×4). The rules were read off
+    ``h200_probe3.json.gz`` (4 geometries) and checked on ``h200_probe4.json.gz``'s 11 (7 of them patch
+    sizes or widths the first probe lacks: 8×8, 14×14, 32×32, 512 and 1024 channels), which refined three
+    (4×4 fp32 forward none, 16×16 fp32 from 256 images without the output, 121 partial weights for
+    256–384 channels). The general rule before them was off by 114.6% and 106.2% of the real bytes."""
+    first = _patchify_rows("h200_probe3.json.gz", "patchify")
+    second = _patchify_rows("h200_probe4.json.gz", "patchify2")
+    assert (len(first), len(second)) == (4 * 10 * 3, 11 * 10 * 3)
+    assert _error(first) <= 0.05, _error(first)
+    assert _error(second) <= 0.11, _error(second)
+    # ViT-S/B inference in bf16: the 16×16 patchify needs no workspace below 512 channels (the old rule: 244 MB)
+    vit = [(real, pred) for g, phase, real, pred in first + second
+           if phase == "forward" and g["k"] == 16 and g["dtype"] == "bfloat16" and g["c_out"] < 512]
+    assert len(vit) == 15 and all(real == pred == 0 for real, pred in vit)

@@ -103,7 +103,8 @@ def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, .
       none; fp32 forward from ≥ 512 channels: input + output, from ≥ 256 channels over ≥ 32768 input
       pixels (N·H·W): input + weight;
     - a k×k fp32 forward that widens aligned channels from ≤ 64 (32→64, 64→128): input + weight (bf16:
-      input + output + weight, like the rest).
+      input + output + weight, like the rest);
+    - non-overlapping patches over unaligned channels (kernel = stride, a patch embedding): :func:`_patchify_bytes`.
     """
     pointwise = all(k == 1 for k in kernel)
     unit_stride = all(st == 1 for st in stride)
@@ -111,6 +112,9 @@ def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, .
     input_pixels = input_bytes // (c_in * element_bytes)
     if pointwise and unit_stride:
         return _pointwise_bytes(phase, c_in, c_out, input_bytes, output_bytes, weight_bytes, output_pixels, batch)
+    if unaligned and kernel == stride:
+        return _patchify_bytes(phase, c_in, c_out, kernel, element_bytes, input_bytes, output_bytes, weight_bytes,
+                               batch)
     if (unaligned and unit_stride and element_bytes == 4 and phase == "backward_weight"
             and output_pixels <= 1 << 17):
         return _round(c_in * element_bytes, 16) * input_pixels + output_bytes
@@ -159,6 +163,49 @@ def _pointwise_bytes(phase: str, c_in: int, c_out: int, input_bytes: int, output
     if max(c_in, c_out) >= 2048 and output_pixels <= 64 * batch:
         return input_bytes + output_bytes
     return 0
+
+
+def _patchify_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, ...], element_bytes: int,
+                    input_bytes: int, output_bytes: int, weight_bytes: int, batch: int) -> int:
+    """A patch embedding: a convolution whose kernel equals its stride over channels that are not 16-byte
+    aligned (RGB; ViT's 16×16/16, ConvNeXt's and Swin's 4×4/4).
+
+    Measured on the H200 (``h200_probe3.json.gz``: 3→96/128 at 4×4 and 3→384/768 at 16×16;
+    ``h200_probe4.json.gz``: 3→64/192 at 4×4 and 3→192/256 at 16×16; 224² images, batches 32–256, fp32 and
+    bf16). Where cuDNN needs a workspace it copies the input to channels-last with 16-byte pixels (4 fp32
+    or 8 bf16 channels) and the weight likewise ("padded"):
+
+    - forward, 4×4 patches: fp32 none (3→96 from 96 images asks padded input + weight: not modelled); bf16
+      none below 256 images, else padded input + output + padded weight;
+    - forward, 16×16 patches: bf16 none below 512 output channels, else the three; fp32 none up to 32
+      images, the three below 256, padded input + padded weight from 256;
+    - backward-input: none, except 4×4 bf16 patches: input + output + weight;
+    - backward-weight: none for 4×4 fp32 patches; else padded input + output + split-K partial weights of
+      the padded size: 499 for 4×4 bf16 patches, 9 for 16×16 bf16 (7 under 96 images), 1 for 16×16 fp32
+      (121 for 256–384 output channels from 128 images).
+    """
+    taps = 1
+    for k in kernel:
+        taps *= k
+    pixel_bytes = _round(c_in * element_bytes, 16)
+    padded_input_bytes = input_bytes // (c_in * element_bytes) * pixel_bytes
+    padded_weight_bytes = c_out * taps * pixel_bytes
+    small_patch = taps <= 16
+    if phase == "forward":
+        if small_patch:
+            return 0 if element_bytes == 4 or batch < 256 else padded_input_bytes + output_bytes + padded_weight_bytes
+        if (element_bytes == 2 and c_out < 512) or (element_bytes == 4 and batch <= 32):
+            return 0
+        return padded_input_bytes + padded_weight_bytes + (output_bytes if element_bytes == 2 or batch < 256 else 0)
+    if phase == "backward_input":
+        return input_bytes + output_bytes + weight_bytes if element_bytes == 2 and small_patch else 0
+    if element_bytes == 4 and small_patch:
+        return 0
+    if element_bytes == 4:
+        splits = 121 if 256 <= c_out <= 384 and batch >= 128 else 1
+    else:
+        splits = 499 if small_patch else 7 if batch < 96 else 9
+    return padded_input_bytes + output_bytes + splits * padded_weight_bytes
 
 
 def _unaligned_strided_backward_weight_bytes(c_in: int, c_out: int, kernel: tuple[int, ...], element_bytes: int,
