@@ -9,6 +9,8 @@ and strides, which for these ops follow from the inputs directly:
   change the first argument's shape or strides (``transpose_``, ``squeeze_``, ``resize_``..., torch's
   ``inplace_view`` tag), whose meta kernel must run (GRU's backward transposes a gradient in place);
 - a pointwise op whose tensor arguments all have one shape, dtype and layout returns one like them;
+  ``silu_backward`` returns one like its input when the gradient has its shape and dtype (a broadcast
+  gradient from ``sum()`` included);
 - ``native_batch_norm`` returns the output like the input and, in training, the per-channel mean and
   inverse std in the accumulation type (fp32 for fp16/bf16 inputs); ``native_batch_norm_backward``
   returns the gradients the output mask asks for, like input / weight; ``native_layer_norm`` and its
@@ -29,8 +31,9 @@ aten = torch.ops.aten
 
 _POINTWISE = {aten.threshold_backward.default, aten.add.Tensor, aten.mul.Tensor, aten.sub.Tensor, aten.div.Tensor,
               aten.relu.default, aten.gelu.default, aten.gelu_backward.default, aten.silu.default,
-              aten.silu_backward.default, aten.sigmoid.default, aten.sigmoid_backward.default, aten.tanh.default,
-              aten.tanh_backward.default, aten.neg.default, aten.sqrt.default, aten.rsqrt.default, aten.exp.default}
+              aten.sigmoid.default,
+              aten.sigmoid_backward.default, aten.tanh.default, aten.tanh_backward.default, aten.neg.default,
+              aten.sqrt.default, aten.rsqrt.default, aten.exp.default}
 
 
 def _acc(dtype: torch.dtype) -> torch.dtype:
@@ -85,7 +88,15 @@ def _layer_norm_backward(args: tuple, kwargs: dict) -> Any:
             torch.empty_like(bias) if mask[2] and bias is not None else None)
 
 
+def _activation_backward(args: tuple, kwargs: dict) -> Any:
+    grad, x = args[0], args[1]
+    if kwargs or not x.is_meta or grad.shape != x.shape or grad.dtype != x.dtype:
+        return NotImplemented
+    return torch.empty_like(x)
+
+
 _OTHER = {aten.native_batch_norm.default: _batch_norm,
+          aten.silu_backward.default: _activation_backward,
           aten.native_batch_norm_backward.default: _batch_norm_backward,
           aten.native_layer_norm.default: _layer_norm,
           aten.native_layer_norm_backward.default: _layer_norm_backward}

@@ -513,6 +513,14 @@ def _install_hooks(session: Session) -> list[Any]:
 _ADD, _ADD_ = torch.ops.aten.add.Tensor, torch.ops.aten.add_.Tensor
 
 
+_OWN_CUDA_KERNEL = frozenset({torch.ops.aten.silu_backward.default})
+"""Ops with a CompositeImplicitAutograd kernel (``math_silu_backward``: a sigmoid and five temporaries) that
+CUDA does not use: it runs its own kernel, one output. From torch 2.14.1's CUDA build, the aten ops that
+register both a composite and a CUDA kernel and reach this mode on meta tensors (``mish_backward`` has no
+meta kernel, so autograd decomposes it before: Mish's backward is predicted with its composite's
+temporaries)."""
+
+
 class _Capture(TorchDispatchMode):
     """Every aten op: run it on meta, account the storages it creates, add the libraries' workspaces."""
 
@@ -526,8 +534,8 @@ class _Capture(TorchDispatchMode):
         kwargs = kwargs or {}
         composite = self._composite.get(func)
         if composite is None:
-            composite = self._composite[func] = torch._C._dispatch_has_kernel_for_dispatch_key(
-                func.name(), "CompositeImplicitAutograd")
+            composite = self._composite[func] = func not in _OWN_CUDA_KERNEL and \
+                torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
         if composite:  # reached undecomposed (inference mode): run its decomposition, op by op, as CUDA would
             with self:
                 return func.decompose(*args, **kwargs)
