@@ -127,3 +127,32 @@ def test_silu_backward_is_one_kernel_as_on_the_gpu() -> None:
                 if e.action == "alloc" and e.phase == "backward"]
     assert [op for op in backward if op.startswith(("sigmoid", "mul", "add", "empty_like"))] == []
     assert backward.count("silu_backward.default") == 1
+
+
+def test_layer_norm_copies_a_non_contiguous_input_as_the_cuda_kernel_does() -> None:
+    """``layer_norm_cuda`` reads ``input.expect_contiguous()``: a transposed input costs one input-sized copy
+    while the kernel runs, a contiguous one none (torchvision ViT's ``ln_2`` after batch-first attention)."""
+    def prog(transposed: bool) -> None:
+        ln = nn.LayerNorm(256).cuda()
+        x = torch.randn(512, 64, 256, device="cuda")  # 32 MiB
+        ln(x.transpose(0, 1) if transposed else x)
+
+    sizes = {t: [e.nbytes for e in memviz.predict(prog, t, device="H200").events
+                 if e.action == "alloc" and e.op.startswith("native_layer_norm")] for t in (False, True)}
+    assert sizes[False].count(32 << 20) == 1 and sizes[True].count(32 << 20) == 2
+
+
+def test_convolutions_keep_channels_last_as_cudnn_does() -> None:
+    """cuDNN gives a channels-last input channels-last outputs and gradients (meta kernels give contiguous
+    ones): ConvNeXt's depthwise output, permuted to NHWC, is then contiguous and its LayerNorm copies nothing."""
+    def prog() -> None:
+        conv = nn.Conv2d(64, 64, 7, padding=3, groups=64).cuda()
+        x = torch.randn(8, 64, 32, 32, device="cuda").to(memory_format=torch.channels_last).requires_grad_()
+        y = conv(x)
+        assert y.is_contiguous(memory_format=torch.channels_last)
+        nn.functional.layer_norm(y.permute(0, 2, 3, 1), (64,)).sum().backward()
+        assert x.grad.is_contiguous(memory_format=torch.channels_last)
+
+    events = memviz.predict(prog, device="H200").events
+    assert [e.nbytes for e in events if e.action == "alloc" and e.op == "native_layer_norm.default"
+            and e.nbytes == 8 * 64 * 32 * 32 * 4] == [8 * 64 * 32 * 32 * 4]  # the output, no copy

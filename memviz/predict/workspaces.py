@@ -410,7 +410,35 @@ def _reduction(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
         s.free(ptr1, i1, name)
 
 
-TRACKS_OUTPUTS = frozenset({aten.convolution_backward.default})
+def _contiguous_copies(s: Any, tensors: tuple, op: str) -> list[tuple[int, int]]:
+    """``expect_contiguous()`` of each non-contiguous tensor: a contiguous copy the kernel reads, allocated
+    before its outputs and freed when it returns."""
+    return [s.malloc(t.numel() * t.element_size(), op, "temporaries") for t in tensors
+            if isinstance(t, torch.Tensor) and t.numel() and not t.is_contiguous()]
+
+
+def _track_outputs(s: Any, out: Any, op: str) -> None:
+    for t in out if isinstance(out, (tuple, list)) else (out,):
+        if isinstance(t, torch.Tensor) and t.is_meta:
+            s.track(t, op)
+
+
+def _layer_norm(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+    """``layer_norm_cuda`` / ``layer_norm_backward_cuda`` (``aten/src/ATen/native/cuda/layer_norm_kernel.cu``)
+    take ``expect_contiguous()`` of the input (and of the output gradient, in backward) before allocating
+    their outputs: a non-contiguous input (the residual sum after ``nn.MultiheadAttention`` with
+    ``batch_first``, which returns a transposed view) costs one input-sized copy while the kernel runs (the
+    H200 trace of torchvision's ViT-B/16: two 77,463,552 B allocations and the statistics per ``ln_2``)."""
+    name = func.__name__
+    inputs = (args[0],) if func is aten.native_layer_norm.default else (args[0], args[1])
+    copies = _contiguous_copies(s, inputs, name)
+    _track_outputs(s, out, name)
+    for ptr, index in reversed(copies):
+        s.free(ptr, index, name)
+
+
+TRACKS_OUTPUTS = frozenset({aten.convolution_backward.default, aten.native_layer_norm.default,
+                            aten.native_layer_norm_backward.default})
 """Rules that account the op's outputs themselves (to interleave them with workspaces as the kernel does)."""
 
 RULES: dict[Any, Any] = {
@@ -420,6 +448,8 @@ RULES: dict[Any, Any] = {
                      aten.addmv.default, aten.mv.default, aten.dot.default, aten.vdot.default,
                      aten._addmm_activation.default], _cublas),
     aten.addmm.default: _addmm,
+    aten.native_layer_norm.default: _layer_norm,
+    aten.native_layer_norm_backward.default: _layer_norm,
     aten._scaled_dot_product_flash_attention_backward.default: _flash_backward,
     aten._scaled_dot_product_efficient_attention_backward.default: _efficient_backward,
     **dict.fromkeys([aten.sum.dim_IntList, aten.sum.default, aten.mean.dim, aten.mean.default], _reduction),
