@@ -399,12 +399,14 @@ def conv_geometries() -> list[dict]:
     found: dict[tuple, dict] = {}
 
     def add(c_in: int, c_out: int, k: int, stride: int, pad: int, hw: int, bias: bool, source: str,
-            groups: int = 1) -> None:
-        key = (c_in, c_out, k, stride, pad, hw, bias, groups)
+            groups: int = 1, channels_last: bool = False) -> None:
+        key = (c_in, c_out, k, stride, pad, hw, bias, groups, channels_last)
         entry = found.setdefault(key, {"c_in": c_in, "c_out": c_out, "k": k, "stride": stride, "pad": pad, "hw": hw,
                                        "bias": bias, "sources": []})
         if groups != 1:
             entry["groups"] = groups
+        if channels_last:
+            entry["channels_last"] = True
         if source not in entry["sources"]:
             entry["sources"].append(source)
 
@@ -450,6 +452,16 @@ def conv_geometries() -> list[dict]:
     for c, hw, stride, groups in ((64, 56, 1, 32), (192, 28, 1, 32), (384, 14, 1, 32), (768, 7, 1, 32),
                                   (256, 56, 2, 32), (256, 28, 1, 8), (512, 14, 1, 64)):
         add(c, c, 3, stride, 1, hw, False, "grouped", groups=groups)
+    # added for the sixth recording (probe5): the same depthwise convolutions with channels-last input and
+    # weight (PyTorch then takes cuDNN for them, select_conv_backend), and the fitted ResNet-50's at 224² in
+    # channels-last; with --probe-batches below 32 and odd, where cuDNN's engines for depthwise differ
+    depthwise = [g for g in found.values() if "depthwise" in g["sources"]]
+    for g in depthwise:
+        add(g["c_in"], g["c_out"], g["k"], g["stride"], g["pad"], g["hw"], g["bias"], "depthwise-cl",
+            groups=g["groups"], channels_last=True)
+    for g in [g for g in found.values() if "resnet50-224" in g["sources"]]:
+        add(g["c_in"], g["c_out"], g["k"], g["stride"], g["pad"], g["hw"], g["bias"], "resnet50-224-cl",
+            channels_last=True)
     return list(found.values())
 
 
@@ -496,8 +508,9 @@ def probe_conv(batch: int, dtype_name: str, deadline_s: float, sources: set[str]
             break
         c_in, c_out, k, s, p, hw, bias = (geom[n] for n in ("c_in", "c_out", "k", "stride", "pad", "hw", "bias"))
         groups = geom.get("groups", 1)
-        x = torch.randn(batch, c_in, hw, hw, device="cuda", dtype=dtype)
-        w = torch.randn(c_out, c_in // groups, k, k, device="cuda", dtype=dtype)
+        fmt = torch.channels_last if geom.get("channels_last") else torch.contiguous_format
+        x = torch.randn(batch, c_in, hw, hw, device="cuda", dtype=dtype).to(memory_format=fmt)
+        w = torch.randn(c_out, c_in // groups, k, k, device="cuda", dtype=dtype).to(memory_format=fmt)
         b = torch.randn(c_out, device="cuda", dtype=dtype) if bias else None
         fwd, y = measure(torch.nn.functional.conv2d, x, w, b, s, p, 1, groups)
         fwd["out_bytes"] = y.nbytes
@@ -598,6 +611,8 @@ def main() -> None:
     ap.add_argument("--probe2", help="one shard of the extended probe: BATCH-DTYPE (e.g. 128-float32)")
     ap.add_argument("--probe-sources", help="probe2: only geometries of these comma-separated sources "
                                              "(e.g. patchify,stem-s2); default all")
+    ap.add_argument("--probe-batches", help="probe2: comma-separated batches instead of "
+                    + ",".join(map(str, PROBE2_BATCHES)))
     ap.add_argument("--dry-run", action="store_true", help="list what would run, start nothing")
     args = ap.parse_args()
     if args.one:
@@ -622,12 +637,13 @@ def main() -> None:
         ap.error(f"unknown parts {sorted(unknown)}; choose from {','.join(PARTS)}")
     runs = [_spec(r) for r in (PLAN if "plan" in parts else []) + (HELDOUT if "heldout" in parts else [])
             + (HELDOUT2 if "heldout2" in parts else []) + (HELDOUT3 if "heldout3" in parts else [])]
+    batches = tuple(int(b) for b in args.probe_batches.split(",")) if args.probe_batches else PROBE2_BATCHES
     chains = {"chains": CHAINS if "chains" in parts else [],
               "heldout_chains": (HELDOUT_CHAINS if "heldout-chains" in parts else [])
               + (HELDOUT2_CHAINS if "heldout2-chains" in parts else [])
               + (HELDOUT3_CHAINS if "heldout3-chains" in parts else [])}
     probes = (["probe"] if "probe" in parts else []) + \
-        ([f"{b}-{d}" for b in PROBE2_BATCHES for d in PROBE2_DTYPES] if "probe2" in parts else [])
+        ([f"{b}-{d}" for b in batches for d in PROBE2_DTYPES] if "probe2" in parts else [])
     if args.dry_run:
         geometries = 0  # counted (which builds the ResNets, torch) only when the extended probe would run
         if "probe2" in parts:

@@ -49,9 +49,11 @@ def test_held_out_ids_are_apart_from_the_fitted_ones(recorder):
 def test_probe_geometries_cover_the_programs_convolutions(geometries):
     geoms = geometries
     keys = {(g["c_in"], g["c_out"], g["k"], g["stride"], g["hw"], g["bias"]) for g in geoms}
-    # one geometry per shape and groups (a depthwise and a dense convolution may share the rest)
-    assert len({(g["c_in"], g["c_out"], g["k"], g["stride"], g["hw"], g["bias"], g.get("groups", 1))
-                for g in geoms}) == len(geoms)
+    # one geometry per shape, groups and layout (a depthwise and a dense convolution may share the rest, and
+    # the channels-last probe repeats shapes)
+    assert len({(g["c_in"], g["c_out"], g["k"], g["stride"], g["hw"], g["bias"], g.get("groups", 1),
+                 g.get("channels_last", False)) for g in geoms}) == len(geoms)
+    assert sum(g.get("channels_last", False) for g in geoms) == 16 + 23  # depthwise and ResNet-50's, channels-last
     # the convnet's four 3×3 convolutions with bias (convnet-b128's misses), the ResNet stems at both sizes
     assert {(3, 64, 3, 1, 64, True), (64, 128, 3, 1, 32, True), (128, 256, 3, 1, 16, True),
             (256, 512, 3, 1, 8, True)} <= keys
