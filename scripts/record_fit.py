@@ -462,6 +462,19 @@ def conv_geometries() -> list[dict]:
     for g in [g for g in found.values() if "resnet50-224" in g["sources"]]:
         add(g["c_in"], g["c_out"], g["k"], g["stride"], g["pad"], g["hw"], g["bias"], "resnet50-224-cl",
             channels_last=True)
+    # added for the seventh recording (probe6): the held-out MobileNetV2's convolutions at 224² (1×1 expansions
+    # and projections over channel counts that are not powers of two, contiguous depthwise 3×3), to be probed
+    # with the ResNet-50's at batches that are not multiples of 8, where ho-mbv2-cap4-b41/b46 asked cuDNN
+    # workspaces no probe had shown (MobileNetV2 is no longer held out for the rules read off it)
+    with torch.device("meta"):
+        model = _load("heldout").MobileNetV2()
+        hooks = [m.register_forward_pre_hook(
+            lambda m, args: add(m.in_channels, m.out_channels, m.kernel_size[0], m.stride[0], m.padding[0],
+                                args[0].shape[-1], m.bias is not None, "mobilenetv2-224", groups=m.groups))
+            for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
+        model(torch.empty(1, 3, 224, 224))
+        for h in hooks:
+            h.remove()
     return list(found.values())
 
 

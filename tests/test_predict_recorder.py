@@ -63,6 +63,9 @@ def test_probe_geometries_cover_the_programs_convolutions(geometries):
     assert sum("grid" in g["sources"] for g in geoms) == 8
     assert {(3, 384, 16, 16, 224, True), (3, 96, 4, 4, 224, True)} <= keys  # patchify stems
     assert sum("stem-s2" in g["sources"] for g in geoms) == 4
+    # the held-out MobileNetV2's distinct convolutions (probe6), its 3×3/2 stem one of the stem-s2 ones
+    mobilenet = [g for g in geoms if "mobilenetv2-224" in g["sources"]]
+    assert len(mobilenet) == 30 and sum(g.get("groups", 1) > 1 for g in mobilenet) == 10
 
 
 def test_dry_run_lists_only_the_parts_asked(recorder, geometries, monkeypatch, capsys):

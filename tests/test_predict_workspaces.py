@@ -13,7 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from memviz.predict.workspaces import conv_workspace_bytes, reduce_scratch_bytes
+from memviz.predict.workspaces import (
+    conv_workspace_bytes,
+    depthwise_workspace_bytes,
+    grouped_workspace_bytes,
+    reduce_scratch_bytes,
+)
 
 PROBE = Path(__file__).parent / "data" / "fit" / "h200_probe.json.gz"
 PHASES = ("forward", "backward_input", "backward_weight")
@@ -24,16 +29,23 @@ def _rows(path: Path = PROBE) -> list[tuple[dict, str, int, int]]:
     """(geometry, phase, real workspace bytes, predicted workspace bytes) for every probe measurement."""
     out = []
     for g in json.loads(gzip.decompress(path.read_bytes()))["conv"]:
+        groups, channels_last = g.get("groups", 1), g.get("channels_last", False)
         es = 4 if g["dtype"] == "float32" else 2
         n, c_out, h_out, w_out = g["out_shape"]
         input_bytes = g["batch"] * g["c_in"] * g["hw"] ** 2 * es
         output_bytes = n * c_out * h_out * w_out * es
-        weight_bytes = c_out * g["c_in"] * g["k"] ** 2 * es
+        weight_bytes = c_out * g["c_in"] // groups * g["k"] ** 2 * es
         for phase in PHASES:
             m = g[phase]
             real = m["requested_bytes"] - m.get("out_bytes", m.get("result", 0))
-            pred = conv_workspace_bytes(phase, g["c_in"], c_out, (g["k"],) * 2, (g["stride"],) * 2, es,
-                                        input_bytes, output_bytes, weight_bytes, n * h_out * w_out, n)
+            if groups == 1:
+                pred = conv_workspace_bytes(phase, g["c_in"], c_out, (g["k"],) * 2, (g["stride"],) * 2, es,
+                                            input_bytes, output_bytes, weight_bytes, n * h_out * w_out, n,
+                                            channels_last)
+            elif groups == g["c_in"]:
+                pred = depthwise_workspace_bytes(phase, c_out, (g["k"],) * 2, es, input_bytes, n, channels_last)
+            else:
+                pred = grouped_workspace_bytes(phase, g["c_in"], groups, es, input_bytes, output_bytes, weight_bytes)
             out.append((g, phase, real, pred))
     return out
 
@@ -182,3 +194,61 @@ def test_patch_embeddings() -> None:
     vit = [(real, pred) for g, phase, real, pred in first + second
            if phase == "forward" and g["k"] == 16 and g["dtype"] == "bfloat16" and g["c_out"] < 512]
     assert len(vit) == 15 and all(real == pred == 0 for real, pred in vit)
+
+
+def test_depthwise_convolutions() -> None:
+    """Depthwise convolutions (``h200_probe4.json.gz``, ``h200_probe5.json.gz``): contiguous ones ask no workspace;
+    channels-last ones only in backward-weight, in bf16 exactly 8 fp32 partial weights per image, in fp32 7×7
+    8 inputs + 528 partial weights (over-asking 256 partials for 128 channels from 41 images)."""
+    rows = [r for name in ("h200_probe4.json.gz", "h200_probe5.json.gz") for r in _rows(PROBE.parent / name)
+            if r[0].get("groups", 1) == r[0]["c_in"] > 1]
+    contiguous = [r for r in rows if not r[0].get("channels_last")]
+    bf16_last = [r for r in rows if r[0].get("channels_last") and r[0]["dtype"] == "bfloat16"]
+    assert (len(contiguous), len(bf16_last)) == ((16 * 2 * 5 + 16 * 2 * 4) * 3, 16 * 4 * 3)
+    assert all(real == pred == 0 for _, _, real, pred in contiguous)
+    assert all(real == pred for _, _, real, pred in bf16_last)
+    assert sum(real > 0 for _, _, real, _ in bf16_last) == 64
+    fp32_7x7 = [r for r in rows if r[0].get("channels_last") and r[0]["dtype"] == "float32" and r[0]["k"] == 7]
+    assert len(fp32_7x7) == 4 * 4 * 3 and _error(fp32_7x7) <= 0.01, _error(fp32_7x7)
+
+
+def test_channels_last_convolutions() -> None:
+    """The fitted ResNet-50's convolutions and the depthwise ones in channels-last (``h200_probe5.json.gz``: 39
+    geometries × fp32/bf16 × 4 batches × 3 passes). The NCHW rules, which add a copy of each operand, are off
+    by 356% of the real bytes; the channels-last rules by 11.5%, mostly bf16 split-K partials asked too many."""
+    rows = [r for r in _rows(PROBE.parent / "h200_probe5.json.gz") if r[0].get("channels_last")]
+    assert len(rows) == 39 * 2 * 4 * 3
+    assert _error(rows) <= 0.12, _error(rows)
+    dense = [r for r in rows if r[0].get("groups", 1) == 1 and r[0]["c_in"] % 8 == 0]
+    assert all(pred == 0 for _, phase, _, pred in dense if phase != "backward_weight")
+    # what the rules leave out: 21 of the 552 forward and backward-input passes ask 0.5–16 MiB, 8% of the bytes
+    left_out = [real for _, phase, real, _ in dense if phase != "backward_weight"]
+    assert max(left_out) <= 16 * MiB + 4096 and sum(left_out) <= 0.09 * sum(real for _, _, real, _ in dense)
+
+
+def test_fp32_pointwise_backward_weight_below_64_channels_and_images() -> None:
+    """MobileNetV2's narrow 1×1 convolutions in fp32 (``h200_probe6.json.gz``, batches 24–96): below 64 images
+    cuDNN takes the channels-last plan (input + output + weight, 48–302 MiB), from 64 the per-image split
+    (under 1.5 MiB). The rule before this probe took the smaller plan at every batch."""
+    rows = [(g, real, pred) for g, phase, real, pred in _rows(PROBE.parent / "h200_probe6.json.gz")
+            if phase == "backward_weight" and g["dtype"] == "float32" and g["k"] == 1 and g["stride"] == 1
+            and g.get("groups", 1) == 1 and g["c_in"] < 64 and g["hw"] >= 56]
+    assert len(rows) == 3 * 11
+    assert sum(g["batch"] < 64 for g, _, _ in rows) == 3 * 6
+    for g, real, pred in rows:
+        assert abs(pred - real) <= 0.02 * real + (2 << 20), (g["c_in"], g["c_out"], g["batch"], real, pred)
+
+
+def test_grouped_convolutions() -> None:
+    """Grouped 3×3 convolutions in 8–64 groups (``h200_probe4.json.gz``: 7 geometries × 5 batches × fp32/bf16):
+    channels-last copies with each group's channels padded to a power of two, at least 4. Forward and
+    backward-input within 147 bytes and a padded weight wherever cuDNN asks; no workspace at all (what was
+    predicted before) is off by 100%."""
+    rows = [r for r in _rows(PROBE.parent / "h200_probe4.json.gz") if 1 < r[0].get("groups", 1) < r[0]["c_in"]]
+    assert len(rows) == 7 * 5 * 2 * 3
+    assert _error(rows) <= 0.10, _error(rows)
+    for g, phase, real, pred in rows:
+        if phase != "backward_weight" and real > 0:
+            per_group = g["c_in"] // g["groups"]
+            padded_weight_bytes = g["c_out"] * 9 * max(4, per_group) * (4 if g["dtype"] == "float32" else 2)
+            assert abs(real - pred) <= 147 + padded_weight_bytes, (g["c_in"], g["groups"], g["batch"], phase)

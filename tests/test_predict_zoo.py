@@ -156,3 +156,22 @@ def test_convolutions_keep_channels_last_as_cudnn_does() -> None:
     events = memviz.predict(prog, device="H200").events
     assert [e.nbytes for e in events if e.action == "alloc" and e.op == "native_layer_norm.default"
             and e.nbytes == 8 * 64 * 32 * 32 * 4] == [8 * 64 * 32 * 32 * 4]  # the output, no copy
+
+
+def test_channels_last_convolutions_ask_the_channels_last_workspaces() -> None:
+    """A channels-last convolution needs no layout transform: its only cuDNN workspace is backward-weight's
+    split-K partials (dense 3×3: 14 fp32 weights; depthwise in bf16: 8 fp32 weights per image), where the
+    NCHW rules would add a copy of each operand."""
+    def prog(depthwise: bool) -> None:
+        conv = nn.Conv2d(64, 64, 7 if depthwise else 3, padding="same", groups=64 if depthwise else 1).cuda()
+        x = torch.randn(8, 64, 32, 32, device="cuda").to(memory_format=torch.channels_last).requires_grad_()
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=depthwise):
+            y = conv(x)
+        y.float().sum().backward()
+
+    def workspaces(depthwise: bool) -> list[int]:
+        return [e.nbytes for e in memviz.predict(prog, depthwise, device="H200").events
+                if e.action == "alloc" and e.op.startswith("cudnn_convolution")]
+
+    assert workspaces(False) == [14 * 64 * 64 * 9 * 4]
+    assert workspaces(True) == [8 * 8 * 64 * 49 * 4]

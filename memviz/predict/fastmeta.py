@@ -103,7 +103,7 @@ def _channels_last(t: Any) -> bool:
         torch._prims_common.suggest_memory_format(t) is torch.channels_last
 
 
-def _cudnn_channels_last(x: torch.Tensor, weight: torch.Tensor) -> bool:
+def cudnn_channels_last(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """``cudnn_conv_suggest_memory_format(input, weight) == ChannelsLast`` (``ConvUtils.h``): a 4-D, non-double
     convolution whose input or weight is channels-last. ``select_conv_backend`` then takes cuDNN, depthwise
     ones included (``use_cudnn_depthwise``), whose outputs and gradients are channels-last."""
@@ -112,14 +112,14 @@ def _cudnn_channels_last(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 def _convolution(args: tuple, kwargs: dict) -> Any:
-    if kwargs or not _cudnn_channels_last(args[0], args[1]):
+    if kwargs or not cudnn_channels_last(args[0], args[1]):
         return NotImplemented
     out = aten.convolution.default(*args)
     return torch.empty_like(out, memory_format=torch.channels_last)
 
 
 def _convolution_backward(args: tuple, kwargs: dict) -> Any:
-    if kwargs or not _cudnn_channels_last(args[1], args[2]):
+    if kwargs or not cudnn_channels_last(args[1], args[2]):
         return NotImplemented
     grads = aten.convolution_backward.default(*args)
     return tuple(g if g is None or g.dim() != 4 else torch.empty_like(g, memory_format=torch.channels_last)

@@ -20,9 +20,11 @@ from typing import Any
 
 import torch
 
+from .fastmeta import cudnn_channels_last
 from .gpus import GpuArch
 
-__all__ = ["RULES", "TRACKS_OUTPUTS", "choose_sdpa_backend", "conv_workspace_bytes", "reduce_scratch_bytes"]
+__all__ = ["RULES", "TRACKS_OUTPUTS", "choose_sdpa_backend", "conv_workspace_bytes", "depthwise_workspace_bytes",
+           "grouped_workspace_bytes", "reduce_scratch_bytes"]
 
 aten = torch.ops.aten
 
@@ -79,9 +81,11 @@ def _flash_backward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> N
 
 def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, ...], stride: tuple[int, ...],
                          element_bytes: int, input_bytes: int, output_bytes: int, weight_bytes: int,
-                         output_pixels: int = 0, batch: int = 1) -> int:
+                         output_pixels: int = 0, batch: int = 1, channels_last: bool = False) -> int:
     """cuDNN's workspace request in bytes for one 2-D convolution pass (``"forward"``, ``"backward_input"``,
-    ``"backward_weight"``) with ``torch.backends.cudnn.benchmark=False``; ``output_pixels`` is N·H_out·W_out.
+    ``"backward_weight"``) with ``torch.backends.cudnn.benchmark=False``; ``output_pixels`` is N·H_out·W_out;
+    ``channels_last`` (default False): the input or the weight is channels-last, so cuDNN runs the
+    convolution in that layout (:func:`_channels_last_bytes`). The rules below are for NCHW operands.
 
     Measured on the H200 (cuDNN 9.19, ``tests/data/fit/``: ``h200_probe.json.gz``, 696 geometries of
     ResNet-18/50 and a VGG-style net at batches 1/16/64, and ``h200_probe2.json.gz``, the 72 convolutions
@@ -106,12 +110,16 @@ def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, .
       input + output + weight, like the rest);
     - non-overlapping patches over unaligned channels (kernel = stride, a patch embedding): :func:`_patchify_bytes`.
     """
+    if channels_last:
+        return _channels_last_bytes(phase, c_in, kernel, stride, element_bytes, input_bytes, output_bytes,
+                                    weight_bytes)
     pointwise = all(k == 1 for k in kernel)
     unit_stride = all(st == 1 for st in stride)
     unaligned = (c_in * element_bytes) % 16 != 0
     input_pixels = input_bytes // (c_in * element_bytes)
     if pointwise and unit_stride:
-        return _pointwise_bytes(phase, c_in, c_out, input_bytes, output_bytes, weight_bytes, output_pixels, batch)
+        return _pointwise_bytes(phase, c_in, c_out, element_bytes, input_bytes, output_bytes, weight_bytes,
+                                output_pixels, batch)
     if unaligned and kernel == stride:
         return _patchify_bytes(phase, c_in, c_out, kernel, element_bytes, input_bytes, output_bytes, weight_bytes,
                                batch)
@@ -148,18 +156,107 @@ def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, .
     return workspace
 
 
-def _pointwise_bytes(phase: str, c_in: int, c_out: int, input_bytes: int, output_bytes: int, weight_bytes: int,
-                     output_pixels: int, batch: int) -> int:
+def _channels_last_bytes(phase: str, c_in: int, kernel: tuple[int, ...], stride: tuple[int, ...],
+                         element_bytes: int, input_bytes: int, output_bytes: int, weight_bytes: int) -> int:
+    """A dense convolution in channels-last: nothing to transform, so forward and backward-input ask no
+    workspace (a few hundred bytes measured), and backward-weight only its split-K partial weights, in fp32
+    (``w4`` = the weight's elements × 4 bytes) whatever the dtype: a k×k kernel as many as fit in 8 MiB,
+    between 1 and 14; a 1×1 kernel 128, up to 16 MiB at stride 1 in fp32, else 8 MiB.
+
+    An RGB stem (input channels not 16-byte aligned) pads each pixel to 16 bytes (4 fp32 or 8 bf16
+    channels): forward fp32 input + weight, bf16 the padded two; backward-input fp32 input + output,
+    bf16 the padded input; backward-weight the padded input (+ the output in fp32) + 121 padded partial
+    weights.
+
+    Measured on the H200 (``h200_probe5.json.gz``: the fitted ResNet-50's 23 convolutions at 224² with
+    channels-last input and weight, batches 16/41/64/128, fp32 and bf16; the rules over-ask by up to 8 MiB
+    per convolution where cuDNN picks a plan with fewer partials, mostly in bf16 below 128 images)."""
+    unaligned = (c_in * element_bytes) % 16 != 0
+    if unaligned:
+        pixel_bytes = _round(c_in * element_bytes, 16)
+        padded_input_bytes = input_bytes // (c_in * element_bytes) * pixel_bytes
+        padded_weight_bytes = weight_bytes // (c_in * element_bytes) * pixel_bytes
+        fp32 = element_bytes == 4
+        if phase == "forward":
+            return input_bytes + weight_bytes if fp32 else padded_input_bytes + padded_weight_bytes
+        if phase == "backward_input":
+            return input_bytes + output_bytes if fp32 else padded_input_bytes
+        return padded_input_bytes + (output_bytes if fp32 else 0) + 121 * padded_weight_bytes
+    if phase != "backward_weight":
+        return 0
+    w4 = weight_bytes // element_bytes * 4
+    if all(k == 1 for k in kernel):
+        unit_stride = all(st == 1 for st in stride)
+        return min((16 << 20) if unit_stride and element_bytes == 4 else (8 << 20), 128 * w4)
+    return min(14, max(1, (8 << 20) // w4)) * w4
+
+
+def depthwise_workspace_bytes(phase: str, channels: int, kernel: tuple[int, ...], element_bytes: int,
+                              input_bytes: int, batch: int, channels_last: bool) -> int:
+    """cuDNN's workspace request in bytes for one pass of a depthwise 2-D convolution (groups = input
+    channels = output channels), as :func:`conv_workspace_bytes` for dense ones.
+
+    Contiguous (NCHW) ones run PyTorch's own depthwise kernels or cuDNN with no workspace. Channels-last
+    ones (``cudnn_conv_suggest_memory_format``) run cuDNN: no forward or backward-input workspace; in
+    backward-weight bf16 takes 8 fp32 partial weights per image (batch × 8 × channels × k² × 4 bytes);
+    fp32, for a 7×7 kernel over fewer than 256 channels, 8 copies of the input and 528 fp32 partial
+    weights, and under 4.4 MB (taken as none) otherwise.
+
+    Measured on the H200 (``h200_probe4.json.gz`` and ``h200_probe5.json.gz``: 3×3/5×5/7×7 kernels, stride 1
+    and 2, 64–512 channels on 112² to 7² maps, batches 16–128, fp32 and bf16): bf16 exact in all 64
+    channels-last cases; fp32 7×7 over 64 channels on 56² and 128 on 28²: 8 inputs + 528 partials (+ 2.5 kB)
+    at batch 16, and over 64 channels at every batch; 8 inputs + 272 partials over 128 channels from 41
+    images; none over 256 channels on 14² and 512 on 7². (The held-out ConvNeXt-like run,
+    ``ho-cnx-b16-fp32``, later showed 48 and 96 channels as the rule says, 192 on 14² with 272 partials, and
+    384 on 7² with none.)"""
+    if not channels_last or phase != "backward_weight":
+        return 0
+    taps = 1
+    for k in kernel:
+        taps *= k
+    if element_bytes == 2:
+        return batch * 8 * channels * taps * 4
+    return 8 * input_bytes + 528 * channels * taps * 4 if taps >= 49 and channels < 256 else 0
+
+
+def grouped_workspace_bytes(phase: str, c_in: int, groups: int, element_bytes: int, input_bytes: int,
+                            output_bytes: int, weight_bytes: int) -> int:
+    """cuDNN's workspace request in bytes for one pass of a grouped 2-D convolution on NCHW operands (8 or more
+    groups, fewer than the input channels), as :func:`conv_workspace_bytes` for dense ones: the operands copied to
+    channels-last with each group's channels padded to the next power of two, at least 4, the input and the
+    output by that factor, the weight by its square; every pass alike.
+
+    Measured on the H200 (``h200_probe4.json.gz``: 3×3 kernels with 2, 6, 8, 12, 24 and 32 channels per group
+    (8–64 groups, 56² to 7², stride 1 and 2), batches 32–256, fp32 and bf16): forward and backward-input to
+    within 147 bytes; backward-weight adds split-K partials that vary with the batch (0–209 padded weights,
+    at most 31 MB; taken as none: 9.0% of the probe's bytes either way). Where cuDNN asks none: fp32
+    backward-input with fewer than 8 channels per group, bf16 forward and backward-weight with 2."""
+    per_group = c_in // groups
+    if (phase == "backward_input" and element_bytes == 4 and per_group < 8) or \
+            (phase != "backward_input" and element_bytes == 2 and per_group == 2):
+        return 0
+    padded = max(4, 1 << (per_group - 1).bit_length())
+    return (input_bytes + output_bytes) * padded // per_group + weight_bytes * padded * padded // per_group ** 2
+
+
+def _pointwise_bytes(phase: str, c_in: int, c_out: int, element_bytes: int, input_bytes: int, output_bytes: int,
+                     weight_bytes: int, output_pixels: int, batch: int) -> int:
     """A 1×1 stride-1 convolution (a GEMM over the N·H·W pixels).
 
     Backward-weight takes the smaller of two plans: the reduction split per image, one fp32 partial
-    weight per image (N·c_out·c_in·4 bytes), or the channels-last path, input + output + weight.
+    weight per image (N·c_out·c_in·4 bytes), or the channels-last path, input + output + weight; in fp32
+    over fewer than 64 input channels and fewer than 64 images, always the channels-last path.
     Forward and backward-input need nothing, except between 512 and ≥ 2048 channels on at most 8×8
     pixels, where cuDNN goes channels-last: input + output (a 1×1 weight is the same in either layout).
     Fitted on the probes' batches 1/16/32/64/128/256 (``h200_probe.json.gz``, ``h200_probe2.json.gz``),
-    checked on 96/192 and on the 20²/40² grid (``tests/test_predict_workspaces.py``)."""
+    checked on 96/192 and on the 20²/40² grid (``tests/test_predict_workspaces.py``); the fp32 exception from
+    ``h200_probe6.json.gz`` (MobileNetV2's 16→96, 24→144, 32→16 and 32→192 at batches 24–96: the
+    channels-last path at every batch below 64, the per-image split from 64 on)."""
     if phase == "backward_weight":
-        return min(batch * c_out * c_in * 4, input_bytes + output_bytes + weight_bytes)
+        channels_last_path = input_bytes + output_bytes + weight_bytes
+        if element_bytes == 4 and c_in < 64 and batch < 64:
+            return channels_last_path
+        return min(batch * c_out * c_in * 4, channels_last_path)
     if max(c_in, c_out) >= 2048 and output_pixels <= 64 * batch:
         return input_bytes + output_bytes
     return 0
@@ -227,28 +324,42 @@ def _unaligned_strided_backward_weight_bytes(c_in: int, c_out: int, kernel: tupl
     return padded_input_bytes + output_bytes + c_out * c_in * taps * 4 + splits * partial_bytes
 
 
-def _conv_geometry(inp: torch.Tensor, weight: torch.Tensor, stride: Any, transposed: bool, groups: int) -> Any:
-    if transposed or groups != 1 or inp.dim() != 4 or not inp.is_floating_point():
+def _conv_workspace(phase: str, inp: torch.Tensor, weight: torch.Tensor, output_numel: int, stride: Any,
+                    transposed: bool, groups: int) -> int | None:
+    """The workspace one convolution pass asks, from its operands; None where no rule covers it."""
+    if transposed or inp.dim() != 4 or not inp.is_floating_point():
         return None
     es = inp.element_size()
-    return inp.size(1), weight.size(0), tuple(weight.shape[2:]), tuple(stride), es, inp.numel() * es, \
-        weight.numel() * es
+    c_in, c_out = inp.size(1), weight.size(0)
+    channels_last = cudnn_channels_last(inp, weight)
+    if groups == c_in == c_out:
+        return depthwise_workspace_bytes(phase, c_in, tuple(weight.shape[2:]), es, inp.numel() * es, inp.size(0),
+                                         channels_last)
+    if groups != 1:
+        if channels_last or groups < 8:
+            return None
+        return grouped_workspace_bytes(phase, c_in, groups, es, inp.numel() * es, output_numel * es,
+                                       weight.numel() * es)
+    return conv_workspace_bytes(phase, c_in, c_out, tuple(weight.shape[2:]), tuple(stride), es, inp.numel() * es,
+                                output_numel * es, weight.numel() * es, output_numel // c_out, inp.size(0),
+                                channels_last)
+
+
+_UNMODELLED_CONV = ("convolutions in fewer than 8 groups or channels-last groups (not depthwise), transposed or "
+                    "non-2-D: no cuDNN workspace is modelled")
 
 
 def _conv_forward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
-    geom = _conv_geometry(args[0], args[1], args[3], args[6], args[8])
-    if geom is None:
-        s.note("grouped, depthwise, transposed or non-2-D convolutions: no cuDNN workspace is modelled")
+    nbytes = _conv_workspace("forward", args[0], args[1], out.numel(), args[3], args[6], args[8])
+    if nbytes is None:
+        s.note(_UNMODELLED_CONV)
     else:
-        c_in, c_out, kernel, stride, es, i_bytes, w_bytes = geom
-        _cudnn_workspace(s, conv_workspace_bytes("forward", c_in, c_out, kernel, stride, es, i_bytes, out.numel() * es,
-                                                 w_bytes, out.numel() // c_out, args[0].size(0)), "cudnn_convolution")
+        _cudnn_workspace(s, nbytes, "cudnn_convolution")
 
 
 def _conv_backward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
     """cuDNN runs backward-input then backward-weight, each allocating its result, then its workspace."""
     grad_out, inp, weight = args[0], args[1], args[2]
-    geom = _conv_geometry(inp, weight, args[4], args[7], args[9])
     name = func.__name__
     for phase, result in zip(("backward_input", "backward_weight", "bias"), out, strict=True):
         if result is None:
@@ -256,10 +367,11 @@ def _conv_backward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> No
         s.track(result, name)
         if phase == "bias":
             _bias_reduction(s, grad_out, name)
-        elif geom is not None:
-            c_in, c_out, kernel, stride, es, i_bytes, w_bytes = geom
-            nbytes = conv_workspace_bytes(phase, c_in, c_out, kernel, stride, es, i_bytes, grad_out.numel() * es,
-                                          w_bytes, grad_out.numel() // c_out, inp.size(0))
+            continue
+        nbytes = _conv_workspace(phase, inp, weight, grad_out.numel(), args[4], args[7], args[9])
+        if nbytes is None:
+            s.note(_UNMODELLED_CONV)
+        else:
             _cudnn_workspace(s, nbytes, "cudnn_convolution_backward")
 
 
