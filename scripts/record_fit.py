@@ -56,6 +56,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -415,18 +416,22 @@ def conv_geometries() -> list[dict]:
         for out in (width, 2 * width, 4 * width, 8 * width):
             add(c, out, 3, 1, 1, hw, True, f"convnet-w{width}")
             c, hw = out, hw // 2
+
+    def add_model(make_model: Callable, image: int, source: str) -> None:
+        """Every convolution of the model (built on the meta device) at the input size it meets."""
+        with torch.device("meta"):
+            model = make_model()
+            hooks = [m.register_forward_pre_hook(
+                lambda m, args: add(m.in_channels, m.out_channels, m.kernel_size[0], m.stride[0], m.padding[0],
+                                    args[0].shape[-1], m.bias is not None, source, groups=m.groups))
+                for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
+            model(torch.empty(1, 3, image, image))
+            for h in hooks:
+                h.remove()
+
     for image in (224, 160):
         for depth in (18, 50):
-            with torch.device("meta"):
-                model = ResNet(depth)
-                hooks = [m.register_forward_pre_hook(
-                    lambda m, args, d=depth, i=image: add(m.in_channels, m.out_channels, m.kernel_size[0], m.stride[0],
-                                                          m.padding[0], args[0].shape[-1], m.bias is not None,
-                                                          f"resnet{d}-{i}"))
-                    for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
-                model(torch.empty(1, 3, image, image))
-                for h in hooks:
-                    h.remove()
+            add_model(lambda d=depth: ResNet(d), image, f"resnet{depth}-{image}")
     for c in (64, 128, 256, 512):
         for hw in (20, 40):
             add(c, c, 3, 1, 1, hw, False, "grid")
@@ -466,15 +471,7 @@ def conv_geometries() -> list[dict]:
     # and projections over channel counts that are not powers of two, contiguous depthwise 3×3), to be probed
     # with the ResNet-50's at batches that are not multiples of 8, where ho-mbv2-cap4-b41/b46 asked cuDNN
     # workspaces no probe had shown (MobileNetV2 is no longer held out for the rules read off it)
-    with torch.device("meta"):
-        model = _load("heldout").MobileNetV2()
-        hooks = [m.register_forward_pre_hook(
-            lambda m, args: add(m.in_channels, m.out_channels, m.kernel_size[0], m.stride[0], m.padding[0],
-                                args[0].shape[-1], m.bias is not None, "mobilenetv2-224", groups=m.groups))
-            for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
-        model(torch.empty(1, 3, 224, 224))
-        for h in hooks:
-            h.remove()
+    add_model(_load("heldout").MobileNetV2, 224, "mobilenetv2-224")
     return list(found.values())
 
 

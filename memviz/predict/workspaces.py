@@ -16,6 +16,7 @@ architecture (:mod:`memviz.predict.gpus`).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -65,6 +66,18 @@ def _cudnn_workspace(s: Any, nbytes: int, op: str) -> None:
 
 def _round(x: int, m: int) -> int:
     return -(-x // m) * m
+
+
+def _padded_pixels_bytes(nbytes: int, c_in: int, element_bytes: int) -> int:
+    """``nbytes`` of ``c_in``-channel pixels copied to channels-last with each pixel padded to 16 bytes (4 fp32
+    or 8 bf16 channels), as cuDNN copies operands whose channels are not 16-byte aligned."""
+    return nbytes // (c_in * element_bytes) * _round(c_in * element_bytes, 16)
+
+
+def _split_k_bytes(partial_bytes: int) -> int:
+    """cuDNN's split-K partial results of backward-weight: as many partials of ``partial_bytes`` as fit in
+    8 MiB, between 1 and 14."""
+    return min(14, max(1, (8 << 20) // partial_bytes)) * partial_bytes
 
 
 def _flash_backward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
@@ -125,7 +138,7 @@ def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, .
                                batch)
     if (unaligned and unit_stride and element_bytes == 4 and phase == "backward_weight"
             and output_pixels <= 1 << 17):
-        return _round(c_in * element_bytes, 16) * input_pixels + output_bytes
+        return _padded_pixels_bytes(input_bytes, c_in, element_bytes) + output_bytes
     if unaligned and ((unit_stride and (element_bytes == 4 or phase == "forward"))
                       or (phase == "backward_input" and element_bytes == 4)):
         return 0
@@ -146,13 +159,13 @@ def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, .
         return _unaligned_strided_backward_weight_bytes(c_in, c_out, kernel, element_bytes, input_bytes,
                                                         output_bytes, output_pixels)
     if unaligned and element_bytes == 2:
-        input_bytes = input_bytes // c_in * (-(-c_in // 8) * 8)
+        input_bytes = _padded_pixels_bytes(input_bytes, c_in, element_bytes)
     workspace = input_bytes + output_bytes + weight_bytes
     if phase == "backward_weight":
         if unaligned:
             workspace += int(output_pixels ** 0.5 / 2) * weight_bytes
         else:
-            workspace += min(14, max(1, (8 << 20) // weight_bytes)) * weight_bytes
+            workspace += _split_k_bytes(weight_bytes)
     return workspace
 
 
@@ -173,9 +186,8 @@ def _channels_last_bytes(phase: str, c_in: int, kernel: tuple[int, ...], stride:
     per convolution where cuDNN picks a plan with fewer partials, mostly in bf16 below 128 images)."""
     unaligned = (c_in * element_bytes) % 16 != 0
     if unaligned:
-        pixel_bytes = _round(c_in * element_bytes, 16)
-        padded_input_bytes = input_bytes // (c_in * element_bytes) * pixel_bytes
-        padded_weight_bytes = weight_bytes // (c_in * element_bytes) * pixel_bytes
+        padded_input_bytes = _padded_pixels_bytes(input_bytes, c_in, element_bytes)
+        padded_weight_bytes = _padded_pixels_bytes(weight_bytes, c_in, element_bytes)
         fp32 = element_bytes == 4
         if phase == "forward":
             return input_bytes + weight_bytes if fp32 else padded_input_bytes + padded_weight_bytes
@@ -188,7 +200,7 @@ def _channels_last_bytes(phase: str, c_in: int, kernel: tuple[int, ...], stride:
     if all(k == 1 for k in kernel):
         unit_stride = all(st == 1 for st in stride)
         return min((16 << 20) if unit_stride and element_bytes == 4 else (8 << 20), 128 * w4)
-    return min(14, max(1, (8 << 20) // w4)) * w4
+    return _split_k_bytes(w4)
 
 
 def depthwise_workspace_bytes(phase: str, channels: int, kernel: tuple[int, ...], element_bytes: int,
@@ -211,9 +223,7 @@ def depthwise_workspace_bytes(phase: str, channels: int, kernel: tuple[int, ...]
     384 on 7² with none.)"""
     if not channels_last or phase != "backward_weight":
         return 0
-    taps = 1
-    for k in kernel:
-        taps *= k
+    taps = math.prod(kernel)
     if element_bytes == 2:
         return batch * 8 * channels * taps * 4
     return 8 * input_bytes + 528 * channels * taps * 4 if taps >= 49 and channels < 256 else 0
@@ -281,12 +291,9 @@ def _patchify_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, ...], 
       the padded size: 499 for 4×4 bf16 patches, 9 for 16×16 bf16 (7 under 96 images), 1 for 16×16 fp32
       (121 for 256–384 output channels from 128 images).
     """
-    taps = 1
-    for k in kernel:
-        taps *= k
-    pixel_bytes = _round(c_in * element_bytes, 16)
-    padded_input_bytes = input_bytes // (c_in * element_bytes) * pixel_bytes
-    padded_weight_bytes = c_out * taps * pixel_bytes
+    taps = math.prod(kernel)
+    padded_input_bytes = _padded_pixels_bytes(input_bytes, c_in, element_bytes)
+    padded_weight_bytes = _padded_pixels_bytes(weight_bytes, c_in, element_bytes)
     small_patch = taps <= 16
     if phase == "forward":
         if small_patch:
@@ -315,10 +322,8 @@ def _unaligned_strided_backward_weight_bytes(c_in: int, c_out: int, kernel: tupl
     split count grows about as sqrt(N·H_out·W_out) / element_bytes, between 36 and 120 (saturated from
     about 480² output pixels in fp32, 240² in bf16). Fitted on the probe's 224×224 and 64×64 stems, checked on
     the held-out 160×160 ones (``tests/test_predict_workspaces.py``)."""
-    taps = 1
-    for k in kernel:
-        taps *= k
-    padded_input_bytes = input_bytes // (c_in * element_bytes) * _round(c_in * element_bytes, 16)
+    taps = math.prod(kernel)
+    padded_input_bytes = _padded_pixels_bytes(input_bytes, c_in, element_bytes)
     partial_bytes = c_out * taps * _round(c_in * element_bytes, 16)
     splits = min(120, max(36, int(output_pixels ** 0.5) // element_bytes))
     return padded_input_bytes + output_bytes + c_out * c_in * taps * 4 + splits * partial_bytes
