@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from memviz.predict.programs import gpt_training, mlp_training, resnet_training
+from memviz.examples import gpt_training, mlp_training, resnet_training
 from memviz.widgets.fit_panel import FitPanel
 
 

@@ -2,7 +2,7 @@
 
 usage: python3 benchmarks/bench_predict.py [--repeats N] [--no-max-batch] [--memtracker]
 
-For each program of memviz/predict/programs.py at the size the issue names (ResNet-50 batch 32, 3 steps,
+For each program of memviz/examples.py at the size the issue names (ResNet-50 batch 32, 3 steps,
 and the others at their recorded sizes), on the H200 preset: the median wall time of ``--repeats``
 predictions (default 3, after one warm-up), the events it made, and the replay alone (the same events
 through a fresh ``memviz.sim.CachingAllocator``: what the simulator costs inside the prediction; the
@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import memviz
-from memviz.predict import programs
+from memviz import examples as programs
 from memviz.sim import CachingAllocator
 
 CASES = [
@@ -89,7 +89,7 @@ def memtracker_peak_bytes(program: object, kwargs: dict) -> int:
 
 
 def compare_memtracker() -> None:
-    from memviz.predict import recorded
+    from evaluation import recorded
 
     runs = {r["id"]: r for r in recorded.load_runs()}
     print(f"\n{'run (peak active)':24s} {'H200 MiB':>9s} {'MemTracker':>11s} {'memviz':>8s}")

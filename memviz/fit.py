@@ -3,9 +3,9 @@
 Examples::
 
     python -m memviz.fit train.py:main --device A100-40GB --kw batch=64
-    python -m memviz.fit memviz.predict.programs:gpt_training --device H200 --cap "8 GiB" --kw checkpoint=True
-    python -m memviz.fit memviz.predict.programs:resnet_training --max-batch --cap "6 GiB" --kw depth=50
-    python -m memviz.fit memviz.predict.programs:mlp_training --all-devices --max-batch
+    python -m memviz.fit memviz.examples:gpt_training --device H200 --cap "8 GiB" --kw checkpoint=True
+    python -m memviz.fit memviz.examples:resnet_training --max-batch --cap "6 GiB" --kw depth=50
+    python -m memviz.fit memviz.examples:mlp_training --all-devices --max-batch
 
 The program is ``FILE.py:FUNCTION`` or ``MODULE:FUNCTION``, called with the ``--kw NAME=VALUE`` keyword
 arguments (values are Python literals: ``64``, ``True``, ``'bf16'``). ``--max-batch`` bisects the largest

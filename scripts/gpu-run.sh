@@ -6,13 +6,13 @@
 #
 #   bash scripts/gpu-run.sh check     # = cuda predict probe nbval: the tests marked cuda (parity, the fit panel's
 #                                     # run for real), the predictor's tests, a driver probe, every lesson under nbval
-#   bash scripts/gpu-run.sh record    # scripts/record_streams.py and scripts/record_fit.py (fresh processes)
-#   bash scripts/gpu-run.sh record-fit   # scripts/record_fit.py alone
+#   bash scripts/gpu-run.sh record    # scripts/record_streams.py and evaluation/record_runs.py (fresh processes)
+#   bash scripts/gpu-run.sh record-runs  # evaluation/record_runs.py alone
 #   bash scripts/gpu-run.sh lessons   # scripts/record_lessons_gpu.py: every lesson's GPU output, lesson 9's what-ifs for real
 #   bash scripts/gpu-run.sh execute   # notebooks in $EXECUTE (default lessons 10, 11) executed, kept with their outputs
 #   bash scripts/gpu-run.sh check lessons record
 #
-# RECORD_FIT_ARGS / RECORD_STREAMS_ARGS / RECORD_LESSONS_ARGS add to the recorders' arguments, NBVAL_PATHS (default
+# RECORD_RUNS_ARGS / RECORD_STREAMS_ARGS / RECORD_LESSONS_ARGS add to the recorders' arguments, NBVAL_PATHS (default
 # notebooks/) names what nbval runs; BUDGET_S (default 570) is the whole run's wall-clock budget: each phase gets
 # what is left, so the pack is always written.
 set -uo pipefail
@@ -73,13 +73,13 @@ for name in sys.argv[2:]:
 " "$out/executed" ${EXECUTE:-notebooks/10_*.ipynb notebooks/11_*.ipynb}
       ;;
     record)
-      mkdir -p "$out/streams" "$out/fit"
+      mkdir -p "$out/streams" "$out/runs"
       # both recorders run at once (each run is its own process, under its own cap; stats are per process)
       phase record-streams python3 scripts/record_streams.py --out "$out/streams" ${RECORD_STREAMS_ARGS:-} &
-      phase record-fit python3 scripts/record_fit.py --out "$out/fit" ${RECORD_FIT_ARGS:-} &
+      phase record-runs python3 evaluation/record_runs.py --out "$out/runs" ${RECORD_RUNS_ARGS:-} &
       wait
       ;;
-    record-fit) mkdir -p "$out/fit"; phase record-fit python3 scripts/record_fit.py --out "$out/fit" ${RECORD_FIT_ARGS:-} ;;
+    record-runs) mkdir -p "$out/runs"; phase record-runs python3 evaluation/record_runs.py --out "$out/runs" ${RECORD_RUNS_ARGS:-} ;;
     *) echo "unknown phase $what" >> "$out/logs/status.txt" ;;
   esac
 done

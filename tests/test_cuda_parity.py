@@ -22,7 +22,7 @@ CONFIGS = RECORDED_CONFIGS  # the five configs of the golden traces
 @pytest.mark.parametrize("conf", CONFIGS, ids=lambda c: c or "default")
 def test_cuda_and_simulator_agree_after_every_action(conf):
     env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=conf)
-    done = subprocess.run([sys.executable, "-m", "memviz.parity", "--cap", "2 GiB"], env=env,
+    done = subprocess.run([sys.executable, "-m", "evaluation.parity", "--cap", "2 GiB"], env=env,
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     report = json.loads(done.stdout)
     print(json.dumps(report, indent=1))

@@ -9,8 +9,8 @@ from ipywidgets import fixed
 from torch import nn
 
 import memviz
+from memviz.examples import mlp_training as train  # a user's script: (batch=256, steps=3, amp=False)
 from memviz.predict import max_batch, predict
-from memviz.predict.programs import mlp_training as train  # a user's script: (batch=256, steps=3, amp=False)
 from memviz.widgets._common import escape, exact_bytes
 from memviz.widgets.fit_controls import ProgramControls
 from memviz.widgets.fit_panel import FitPanel, fit_panel
@@ -293,7 +293,7 @@ def test_lesson_10s_recorded_figures_are_copies_of_the_recordings():
     from importlib.resources import files
     from pathlib import Path
 
-    data = Path(__file__).parent / "data" / "fit"
+    data = Path(__file__).parents[1] / "evaluation" / "recordings"
     shipped = json.loads(files("memviz.data").joinpath("h200_fit.json").read_text())
     for run_id, run in shipped["runs"].items():
         recorded = json.loads(gzip.decompress((data / "h200" / f"{run_id}.json.gz").read_bytes()))

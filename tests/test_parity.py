@@ -1,7 +1,7 @@
 """The GPU-vs-simulator parity script runs on the simulator too (CI has no GPU): it must exercise OOMs."""
 
+from evaluation.parity import compare_labs
 from memviz.lab import Lab
-from memviz.parity import compare_labs
 
 
 def test_parity_script_compares_every_event_and_hits_ooms():

@@ -7,14 +7,14 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import memviz  # noqa: E402
-from memviz.predict import programs  # noqa: E402
+from memviz import examples as programs  # noqa: E402
 
 
 def test_a_cap_below_the_need_is_an_oom_naming_the_op_and_line() -> None:
     p = memviz.predict(programs.mlp_training, device="H200", cap="1 GiB", batch=256)
     assert not p.fits and p.oom is not None
     assert p.oom.requested_bytes > 0 and "CUDA out of memory" in p.oom.message
-    assert "programs.py" in p.oom.line and p.oom.op
+    assert "examples.py" in p.oom.line and p.oom.op
     assert p.peak_reserved_bytes <= 1 << 30
 
 

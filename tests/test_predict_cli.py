@@ -10,7 +10,7 @@ pytest.importorskip("torch")
 
 from memviz import fit
 
-PROGRAM = "memviz.predict.programs:mlp_training"
+PROGRAM = "memviz.examples:mlp_training"
 
 
 def test_fits_prints_json_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
@@ -23,7 +23,7 @@ def test_fits_prints_json_and_exits_0(capsys: pytest.CaptureFixture[str]) -> Non
 def test_an_oom_exits_1_and_says_where(capsys: pytest.CaptureFixture[str]) -> None:
     status = fit.main([PROGRAM, "--device", "H200", "--cap", "512 MiB", "--kw", "batch=8", "--no-progress"])
     out = capsys.readouterr().out
-    assert status == 1 and "OUT OF MEMORY" in out and "programs.py" in out
+    assert status == 1 and "OUT OF MEMORY" in out and "examples.py" in out
 
 
 def test_max_batch_with_a_progress_bar(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,9 +1,9 @@
-"""memviz.predict against the real H200 runs in tests/data/fit (fresh processes, torch 2.11, cuDNN 9.19).
+"""memviz.predict against the real H200 runs in evaluation/recordings (fresh processes, torch 2.11, cuDNN 9.19).
 
 CI predicts a few runs of each kind, held-out programs among them (seconds each on 2 cores);
 ``MEMVIZ_FIT_ALL=1`` predicts every run and every recorded largest-batch search and checks the issue's
 targets on the whole set (minutes). The figures for the whole set are in docs/predict.md
-(``python -m memviz.predict.recorded``).
+(``python -m evaluation.recorded``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from memviz.predict import recorded
+from evaluation import recorded
 
 ALL = os.environ.get("MEMVIZ_FIT_ALL") == "1"
 
@@ -23,7 +23,7 @@ ALL = os.environ.get("MEMVIZ_FIT_ALL") == "1"
 FAST = [("mlp-b256", 0.0), ("mlp-cap3-b16285", 0.01), ("gpt-b8-amp", 0.03), ("gpt-amp-ckpt-cap8-b29", 0.03),
         ("gpt-b8-amp-exp", 0.03), ("convnet-cap2-b349", 0.03), ("convnet-cap2-b350", 0.03),
         ("resnet18-b64-cap2", 0.03),
-        # held out (memviz/predict/heldout.py, never fitted on): depthwise convolutions under a cap near the
+        # held out (evaluation/programs/heldout.py, never fitted on): depthwise convolutions under a cap near the
         # cliff, a ViT under bf16 with expandable segments, a masked nn.TransformerEncoder in fp32, re-entrant
         # checkpointing with fused AdamW
         ("ho-mbv2-b64-exp-capm3", 0.03), ("ho-vit-b64-amp-exp", 0.03), ("ho-bert-b8-fp32", 0.03),

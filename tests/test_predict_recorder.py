@@ -1,9 +1,8 @@
-"""scripts/record_fit.py's logic that needs no GPU: what each part runs, the probe's geometries, and that
-every program it records (programs.py's and the held-out ones) takes the keyword arguments it is given."""
+"""evaluation/record_runs.py's logic that needs no GPU: what each part runs, the probe's geometries, and that
+every program it records (memviz.examples and the held-out ones) takes the keyword arguments it is given."""
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import json
 import subprocess
@@ -13,15 +12,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "record_fit.py"
+SCRIPT = ROOT / "evaluation" / "record_runs.py"
 
 
 @pytest.fixture(scope="module")
 def recorder():
-    spec = importlib.util.spec_from_file_location("record_fit", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from evaluation import record_runs
+
+    return record_runs
 
 
 @pytest.fixture(scope="module")

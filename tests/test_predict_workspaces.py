@@ -1,4 +1,4 @@
-"""cuDNN convolution workspace rules against the H200 probe (``tests/data/fit/h200_probe.json.gz``).
+"""cuDNN convolution workspace rules against the H200 probe (``evaluation/recordings/h200_probe.json.gz``).
 
 The strided RGB-stem backward-weight rule was fitted on the 224×224 and 64×64 stems; the 160×160 ones are
 held out here. The whole probe's error is checked too, so a rule change that helps one family and hurts
@@ -20,7 +20,7 @@ from memviz.predict.workspaces import (
     reduce_scratch_bytes,
 )
 
-PROBE = Path(__file__).parent / "data" / "fit" / "h200_probe.json.gz"
+PROBE = Path(__file__).parents[1] / "evaluation" / "recordings" / "h200_probe.json.gz"
 PHASES = ("forward", "backward_input", "backward_weight")
 MiB = 1 << 20
 
@@ -134,8 +134,8 @@ def test_reduce_scratch_as_recorded(run_id: str) -> None:
     from collections import Counter
     from itertools import pairwise
 
+    from evaluation.recorded import PROGRAMS
     from memviz.predict import predict
-    from memviz.predict.recorded import PROGRAMS
 
     run = json.loads(gzip.decompress((PROBE.parent / "h200" / f"{run_id}.json.gz").read_bytes()))
     allocs = [e for e in run["events"] if e[0] == "alloc"]
@@ -153,8 +153,8 @@ def test_reduce_scratch_as_recorded(run_id: str) -> None:
 def test_efficient_attention_backward_as_recorded() -> None:
     """fp32 memory-efficient attention's backward: the fp32 product, its sum, ``delta`` and the kernel's
     grad_q workspace, in the H200 trace as four back-to-back allocations, once per layer."""
+    from evaluation.recorded import PROGRAMS
     from memviz.predict import predict
-    from memviz.predict.recorded import PROGRAMS
 
     run = json.loads(gzip.decompress((PROBE.parent / "h200" / "gpt-b8-fp32.json.gz").read_bytes()))
     real = [e[2] for e in run["events"] if e[0] == "alloc"]

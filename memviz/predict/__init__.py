@@ -145,7 +145,7 @@ def max_batch(fn_of_batch: Callable[[int], Any], device: Any = "A100-40GB", cap:
 
 class _CallableModule(types.ModuleType):
     """``memviz.predict`` is both this package and the function: importing a submodule
-    (``memviz.predict.programs``) binds the package to ``memviz.predict``, so the package calls :func:`predict`."""
+    (``memviz.examples``) binds the package to ``memviz.predict``, so the package calls :func:`predict`."""
 
     def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Prediction:
         return predict(fn, *args, **kwargs)

@@ -8,7 +8,7 @@ rule on a test case; it looks up the target's architecture here.
   allocate one and keep it until ``torch._C._cuda_clearCublasWorkspaces()``. Size: torch's default
   ``CUBLAS_WORKSPACE_CONFIG`` (``aten/src/ATen/cuda/CublasHandlePool.cpp``): ``:4096:8`` = 32 MiB on
   compute capability 9.0 and above, ``:4096:2:16:8`` = 8 MiB + 128 KiB below. Measured on the H200
-  (torch 2.11, ``tests/data/fit/h200_probe.json.gz``, ``blas``): the first fp32 ``mm`` on a thread keeps
+  (torch 2.11, ``evaluation/recordings/h200_probe.json.gz``, ``blas``): the first fp32 ``mm`` on a thread keeps
   33,554,432 bytes.
 - ``cublaslt_workspace_bytes``: the first ``addmm`` with a bias (cuBLASLt's bias epilogue,
   ``gemm_and_bias``) on a thread keeps a cuBLASLt workspace, ``CUBLASLT_WORKSPACE_SIZE`` = 1024 KiB by

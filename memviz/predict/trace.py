@@ -43,8 +43,8 @@ from .gpus import GpuArch
 __all__ = ["DataDependentError", "Event", "Session"]
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
-_MEMVIZ_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_USER_OK = os.path.join(_MEMVIZ_DIR, "predict", "programs.py")
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+"""The predictor's own code: frames here are never the program's (memviz.examples' programs are)."""
 
 PHASES = ("setup", "forward", "backward", "optimizer", "other")
 
@@ -215,7 +215,7 @@ class Session:
         f = sys._getframe(2)
         while f is not None:
             name = f.f_code.co_filename
-            if not (name.startswith(_TORCH_DIR) or (name.startswith(_MEMVIZ_DIR) and name != _USER_OK)
+            if not (name.startswith(_TORCH_DIR) or name.startswith(_OWN_DIR)
                     or name.startswith("<frozen")):
                 return f"{name}:{f.f_lineno} ({f.f_code.co_name})"
             f = f.f_back
@@ -700,7 +700,7 @@ def _tensor_device(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
     if not s.is_device(args[0]):
         return func(*args, **kwargs)
     f = sys._getframe(1)
-    while f is not None and f.f_code.co_filename.startswith(_MEMVIZ_DIR):
+    while f is not None and f.f_code.co_filename.startswith(_OWN_DIR):
         f = f.f_back
     if f is not None and f.f_code.co_filename in _SEES_META:
         return func(*args, **kwargs)
@@ -746,7 +746,7 @@ def _torch_caller() -> Any:
     f = sys._getframe(2)
     while f is not None:
         name = f.f_code.co_filename
-        if (name.startswith(_MEMVIZ_DIR) and name != _USER_OK) or name.startswith("<frozen") or name in _PLUMBING \
+        if name.startswith(_OWN_DIR) or name.startswith("<frozen") or name in _PLUMBING \
                 or (name.startswith(_TORCH_DIR) and f.f_code.co_name.startswith("<")):
             f = f.f_back
             continue

@@ -100,7 +100,7 @@ def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, .
     ``channels_last`` (default False): the input or the weight is channels-last, so cuDNN runs the
     convolution in that layout (:func:`_channels_last_bytes`). The rules below are for NCHW operands.
 
-    Measured on the H200 (cuDNN 9.19, ``tests/data/fit/``: ``h200_probe.json.gz``, 696 geometries of
+    Measured on the H200 (cuDNN 9.19, ``evaluation/recordings/``: ``h200_probe.json.gz``, 696 geometries of
     ResNet-18/50 and a VGG-style net at batches 1/16/64, and ``h200_probe2.json.gz``, the 72 convolutions
     of the recorded programs plus 8 grid sizes at batches 32/96/128/192/256; fp32 and bf16; fitted on all
     but batches 96/192 and the grid, which check the rules). cuDNN's heuristics pick engines that

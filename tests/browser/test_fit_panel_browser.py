@@ -11,8 +11,8 @@ import time
 import pytest
 from jlab import ARTIFACTS_DIR, console_errors, late_large_modules, notebook_locator
 
+from memviz.examples import mlp_training  # a user's training script: (batch=256, steps=3, amp=False)
 from memviz.predict import predict
-from memviz.predict.programs import mlp_training  # a user's training script: (batch=256, steps=3, amp=False)
 from memviz.widgets._common import exact_bytes
 
 pytestmark = pytest.mark.browser
@@ -40,7 +40,7 @@ def stack_at(area: list[dict] | None, n_events: int, index: int) -> int | None:
 
 
 def test_fit_panel_follows_typed_and_picked_controls(lab):
-    cells = ["import memviz\nfrom memviz.predict.programs import mlp_training",
+    cells = ["import memviz\nfrom memviz.examples import mlp_training",
              "panel = memviz.fit_panel(mlp_training, device='T4')\npanel"]
     page = lab.page
     late_large_modules(page)

@@ -1,9 +1,9 @@
-"""Record the predictor's truth on a real GPU: memviz/predict/programs.py, a fresh process per run.
+"""Record the predictor's truth on a real GPU: memviz/examples.py and evaluation/programs/, a fresh process per run.
 
-    python3 scripts/record_fit.py --out DIR [--jobs 12] [--deadline-s 170] [--parts plan,chains,probe]
+    python3 evaluation/record_runs.py --out DIR [--jobs 12] [--deadline-s 170] [--parts plan,chains,probe]
 
 Runs, in parallel processes (each alone in its process, so each starts with an empty cache), the parts
-named by ``--parts`` (default ``plan,chains,probe``, what ``tests/data/fit/`` was first recorded with):
+named by ``--parts`` (default ``plan,chains,probe``, what ``evaluation/recordings/`` was first recorded with):
 
 - every entry of ``PLAN``: one program with its keyword arguments, an allocator config
   (``PYTORCH_CUDA_ALLOC_CONF``, set before torch starts) and a cap (``set_per_process_memory_fraction``);
@@ -17,7 +17,7 @@ named by ``--parts`` (default ``plan,chains,probe``, what ``tests/data/fit/`` wa
   3×3 stride-2 RGB stems, at batches 32/128/256 (and 96/192, held out), fp32 and bf16, each request's size
   (``--probe-sources patchify,stem-s2`` for only some);
 - ``heldout`` / ``heldout-chains``: ``HELDOUT`` and ``HELDOUT_CHAINS``, the programs of
-  ``memviz/predict/heldout.py`` (never used to fit the predictor) and of programs.py at sizes never
+  ``evaluation/programs/heldout.py`` (never used to fit the predictor) and of programs.py at sizes never
   recorded, under default and expandable segments, caps near the predicted cliff, largest-batch searches.
 
 Each run writes ``DIR/runs/<id>.json.gz``::
@@ -62,6 +62,7 @@ from pathlib import Path
 
 GiB = 1 << 30
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run as a script: memviz and evaluation from this checkout
 
 #: (id, program, kwargs, alloc_conf, cap in GiB). Caps well above the need leave the run unconstrained;
 #: they only keep parallel processes from crowding one GPU.
@@ -104,7 +105,7 @@ PLAN: list[tuple[str, str, dict, str, float]] = [
 MiB = 1 << 20
 EXP = "expandable_segments:True"
 
-#: Held-out runs, as PLAN: programs of memviz/predict/heldout.py, and gpt_training at a size never recorded.
+#: Held-out runs, as PLAN: programs of evaluation/programs/heldout.py, and gpt_training at a size never recorded.
 #: The caps in MiB are 3% either side of the smallest cap the predictor said fits (memviz at 58b1c33, H200):
 #: a miss there is off the 1.5% cliff band, so it counts.
 HELDOUT: list[tuple[str, str, dict, str, float]] = [
@@ -149,8 +150,9 @@ HELDOUT: list[tuple[str, str, dict, str, float]] = [
      {"batch": 4, "seq": 1024, "d_model": 1024, "n_layer": 8, "n_head": 16, "checkpoint": True}, "", 3953 / 1024),
 ]
 
-#: The second held-out set (``--parts heldout2``): memviz/predict/heldout_convs.py, written and capped (3% either side
-#: of the predicted cliff) before the depthwise / grouped / patchify probe (``probe4``) was recorded or fitted.
+#: The second held-out set (``--parts heldout2``): evaluation/programs/heldout_convs.py, written and capped (3%
+#: either side of the predicted cliff) before the depthwise / grouped / patchify probe (``probe4``) was recorded or
+#: fitted.
 HELDOUT2: list[tuple[str, str, dict, str, float]] = [
     ("ho-cnx-b64-amp", "convnext_training", {"batch": 64}, "", 24),
     ("ho-cnx-b64-amp-exp", "convnext_training", {"batch": 64}, EXP, 24),
@@ -167,7 +169,7 @@ HELDOUT2: list[tuple[str, str, dict, str, float]] = [
     ("ho-rnx-b32-capp3", "resnext_training", {"batch": 32}, "", 3216 / 1024),
 ]
 
-#: The third held-out set (``--parts heldout3``): torchvision's models (memviz/predict/heldout_torchvision.py, the
+#: The third held-out set (``--parts heldout3``): torchvision's models (evaluation/programs/heldout_torchvision.py, the
 #: recording machine's torchvision), never predicted before they were recorded.
 HELDOUT3: list[tuple[str, str, dict, str, float]] = [
     (f"ho-tv-{name}", f"torchvision_{kind}", {"model": model, **kwargs}, conf, 24)
@@ -228,28 +230,18 @@ HELDOUT3_CHAINS: list[tuple[str, str, dict, str, float, int, int]] = [
 ]
 
 
-def _load(name: str):
-    """memviz/predict/<name>.py loaded by path (the package around it need not import)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, ROOT / "memviz" / "predict" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _programs():
-    """memviz/predict/programs.py."""
-    return _load("programs")
+    """The fitted programs (:mod:`memviz.examples`)."""
+    from memviz import examples
+
+    return examples
 
 
 def _program_module(program: str):
-    """The module of memviz/predict (programs.py or a heldout*.py) that defines ``program``."""
-    for name in ("programs", "heldout", "heldout_convs", "heldout_torchvision"):
-        module = _load(name)
-        if program in module.PROGRAMS:
-            return module
-    raise KeyError(program)
+    """The module of :mod:`evaluation.programs` that defines ``program``."""
+    from evaluation.programs import module_of
+
+    return module_of(program)
 
 
 def _frame_text(frame: dict) -> str:
@@ -441,7 +433,7 @@ def conv_geometries() -> list[dict]:
         add(3, c_out, k, k, 0, 224, True, "patchify")
     for c_out, hw in ((32, 224), (64, 224), (32, 160), (24, 192)):
         add(3, c_out, 3, 2, 1, hw, False, "stem-s2")
-    # added for the fourth recording (probe4), none of them a geometry of memviz/predict/heldout.py's or
+    # added for the fourth recording (probe4), none of them a geometry of evaluation/programs/heldout.py's or
     # heldout_convs.py's networks, so those stay held out: more patchify stems (other widths, 8/14/32 patches),
     # 2×2/2 downsampling between aligned channels, depthwise 3/5/7 (stride 1 and 2), grouped 3×3 (8/32/64 groups)
     for c_out, k in ((192, 16), (256, 16), (512, 16), (1024, 16), (384, 8), (768, 8), (384, 14), (768, 14),
@@ -471,7 +463,7 @@ def conv_geometries() -> list[dict]:
     # and projections over channel counts that are not powers of two, contiguous depthwise 3×3), to be probed
     # with the ResNet-50's at batches that are not multiples of 8, where ho-mbv2-cap4-b41/b46 asked cuDNN
     # workspaces no probe had shown (MobileNetV2 is no longer held out for the rules read off it)
-    add_model(_load("heldout").MobileNetV2, 224, "mobilenetv2-224")
+    add_model(_program_module("mobilenet_training").MobileNetV2, 224, "mobilenetv2-224")
     return list(found.values())
 
 

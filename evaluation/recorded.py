@@ -1,6 +1,6 @@
-"""The predictor against the real H200 runs in ``tests/data/fit/`` (see its README).
+"""The predictor against the real H200 runs in ``evaluation/recordings/`` (see its README).
 
-``python -m memviz.predict.recorded`` predicts every recorded run and every recorded largest batch and
+``python -m evaluation.recorded`` predicts every recorded run and every recorded largest batch and
 prints the comparison as the Markdown tables of ``docs/predict.md``; ``compare_run`` / ``compare_max_batch``
 do one each (the tests use them).
 """
@@ -16,10 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import heldout, heldout_convs, heldout_torchvision, programs
-
-PROGRAMS = {**programs.PROGRAMS, **heldout.PROGRAMS, **heldout_convs.PROGRAMS, **heldout_torchvision.PROGRAMS}
-"""Every recorded program by name: :mod:`memviz.predict.programs`' and the held-out ones."""
+from .programs import PROGRAMS, runnable
 
 HELDOUT_PREFIX = "ho-"
 """Ids of held-out runs and searches (programs or sizes the predictor was never fitted on) start so."""
@@ -27,8 +24,8 @@ HELDOUT_PREFIX = "ho-"
 __all__ = ["DATA_DIR", "HELDOUT_PREFIX", "PROGRAMS", "MaxBatchRow", "RunRow", "compare_max_batch", "compare_run",
            "load_max_batch", "load_run", "load_runs", "runnable", "summarize"]
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "tests" / "data" / "fit"
-"""Where the recordings are (a source checkout's ``tests/data/fit``)."""
+DATA_DIR = Path(__file__).resolve().parent / "recordings"
+"""Where the recordings are (``evaluation/recordings``)."""
 
 CLIFF = 0.015
 """Runs within 1.5% of the cliff may miss (the issue's target): a capped run counts as near the cliff when
@@ -39,18 +36,6 @@ def load_run(run_id: str, data_dir: Path = DATA_DIR) -> dict[str, Any]:
     """One recorded run by id (``h200/<run_id>.json.gz``)."""
     with gzip.open(data_dir / "h200" / f"{run_id}.json.gz", "rt") as f:
         return json.load(f)
-
-
-def runnable(program: str) -> bool:
-    """Whether ``program`` can be predicted here: :mod:`memviz.predict.heldout_torchvision`'s need torchvision,
-    which memviz does not install."""
-    if program not in heldout_torchvision.PROGRAMS:
-        return True
-    try:
-        import torchvision  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def load_runs(data_dir: Path = DATA_DIR) -> list[dict[str, Any]]:
@@ -100,7 +85,7 @@ class RunRow:
 
 def compare_run(run: dict[str, Any], device: str = "H200") -> RunRow:
     """Predict one recorded run as it was run (program, keyword arguments, config, cap)."""
-    from . import predict
+    from memviz.predict import predict
 
     start = time.perf_counter()
     p = predict(PROGRAMS[run["program"]], device=device, cap=run["cap_bytes"], alloc_conf=run["alloc_conf"],
@@ -127,7 +112,7 @@ class MaxBatchRow:
 
 def compare_max_batch(search: dict[str, Any], device: str = "H200") -> MaxBatchRow:
     """Predict one recorded search's largest batch (bisection with :func:`memviz.max_batch`)."""
-    from . import max_batch
+    from memviz.predict import max_batch
 
     program, kwargs = PROGRAMS[search["program"]], search["kwargs"]
     start = time.perf_counter()

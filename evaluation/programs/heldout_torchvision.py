@@ -1,8 +1,8 @@
 """Third held-out set: torchvision's own models, as a user would train and run them.
 
-Written on 2026-12-02 and recorded on the H200 by ``scripts/record_fit.py --parts heldout3`` with the
+Written on 2026-12-02 and recorded on the H200 by ``evaluation/record_runs.py --parts heldout3`` with the
 machine's torchvision, before any prediction of them was compared. These programs need torchvision
-(not a memviz dependency): ``python -m memviz.predict.recorded --only ho-tv`` compares them where it is
+(not a memviz dependency): ``python -m evaluation.recorded --only ho-tv`` compares them where it is
 installed, and CI, which has none, does not run them. Nothing in them knows about memviz; changing one
 invalidates its recordings.
 """

@@ -1,7 +1,7 @@
 """Second held-out set: convolution families the predictor had no measurement of when these were written.
 
 Written on 2026-12-02 before the depthwise / grouped / patchify probe (``h200_probe4.json.gz``) was
-recorded and before any rule was fitted on it, and recorded on the H200 by ``scripts/record_fit.py
+recorded and before any rule was fitted on it, and recorded on the H200 by ``evaluation/record_runs.py
 --parts heldout2``: a ConvNeXt-style network (a 4×4 stride-4 patchify stem, 7×7 depthwise convolutions,
 channels-last LayerNorm and GELU MLPs through ``permute``, layer scale, 2×2 stride-2 downsampling) and a
 ResNeXt-style network (3×3 convolutions in 32 groups inside bottlenecks). The probe's geometries are

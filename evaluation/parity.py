@@ -1,6 +1,6 @@
 """Run one lab script on two backends and compare ``memory_stats()`` after every action.
 
-``python -m memviz.parity --cap "2 GiB"`` runs :func:`lab_script` on the real GPU and on the simulator
+``python -m evaluation.parity --cap "2 GiB"`` runs :func:`lab_script` on the real GPU and on the simulator
 (mirroring the GPU's capacity, under the same cap and the ``PYTORCH_CUDA_ALLOC_CONF`` of the process)
 and prints a JSON report: per action, the keys whose values differ. Without CUDA it compares the
 simulator with itself, which checks the script, not the allocator.

@@ -1,7 +1,7 @@
 """Held-out programs: ordinary CUDA PyTorch programs the predictor was never fitted on.
 
-The workspace rules and the emulation of CUDA's decisions were fitted on :mod:`memviz.predict.programs`'
-recordings only. These programs are recorded on the H200 by ``scripts/record_fit.py --parts heldout``
+The workspace rules and the emulation of CUDA's decisions were fitted on :mod:`memviz.examples`'
+recordings only. These programs are recorded on the H200 by ``evaluation/record_runs.py --parts heldout``
 and predicted as they are, to say how the predictor does on code it has not seen: torchvision-style
 VGG-11 (BatchNorm, dropout, SGD with Nesterov, gradient clipping) and MobileNetV2 (depthwise and
 grouped convolutions, ReLU6); a ViT encoder (patch-embedding convolution, SDPA without a causal mask,

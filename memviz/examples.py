@@ -3,8 +3,8 @@
 Each function is a user's training or inference script as they would write it for a GPU: it builds
 its model, moves it with ``.cuda()`` / ``.to("cuda")`` or ``device="cuda"``, makes its inputs on
 "cuda", and runs a few steps. Nothing in them knows about memviz. ``memviz.predict(fn, batch=...)``
-runs them with no GPU; ``scripts/record_fit.py`` runs the same functions on a real GPU (a fresh process
-each, under ``torch.cuda.memory._record_memory_history``) and the recordings in ``tests/data/fit/``
+runs them with no GPU; ``evaluation/record_runs.py`` runs the same functions on a real GPU (a fresh process
+each, under ``torch.cuda.memory._record_memory_history``) and the recordings in ``evaluation/recordings/``
 are what the predictor is checked against. Changing a program invalidates its recordings.
 
 The ResNets are torchvision's ``resnet18`` / ``resnet50`` (v1.5, ``ReLU(inplace=True)``) written out in
