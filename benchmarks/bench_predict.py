@@ -45,7 +45,7 @@ SEARCHES = [
 ]
 
 
-def replay_seconds(p: memviz.predict.Prediction) -> float:
+def replay_seconds(p: memviz.predictor.Prediction) -> float:
     """Time the prediction's allocator calls alone through a fresh allocator."""
     a = CachingAllocator(p.device.total_memory_bytes)
     ptrs: dict[int, int] = {}

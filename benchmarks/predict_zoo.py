@@ -630,7 +630,7 @@ def run(name: str, fn: Callable[..., Any], kwargs: dict[str, Any], floor: int, d
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             p = memviz.predict(fn, device=device, **kwargs)
-    except memviz.predict.DataDependentError as e:
+    except memviz.DataDependentError as e:
         return f"REFUSED   {time.perf_counter() - start:5.1f}s  {e}"
     except Exception as e:  # a crash is an outcome to report
         tb = traceback.format_exception(e)

@@ -85,7 +85,7 @@ class RunRow:
 
 def compare_run(run: dict[str, Any], device: str = "H200") -> RunRow:
     """Predict one recorded run as it was run (program, keyword arguments, config, cap)."""
-    from memviz.predict import predict
+    from memviz.predictor import predict
 
     start = time.perf_counter()
     p = predict(PROGRAMS[run["program"]], device=device, cap=run["cap_bytes"], alloc_conf=run["alloc_conf"],
@@ -112,7 +112,7 @@ class MaxBatchRow:
 
 def compare_max_batch(search: dict[str, Any], device: str = "H200") -> MaxBatchRow:
     """Predict one recorded search's largest batch (bisection with :func:`memviz.max_batch`)."""
-    from memviz.predict import max_batch
+    from memviz.predictor import max_batch
 
     program, kwargs = PROGRAMS[search["program"]], search["kwargs"]
     start = time.perf_counter()

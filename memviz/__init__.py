@@ -7,6 +7,7 @@ Parts, one module each:
 - :mod:`memviz.lab` — :class:`Lab`: named tensors, actions, events, OOM as data.
 - :mod:`memviz.widgets` — live gauges, timeline, segment map and controls; :func:`dashboard`.
 - :mod:`memviz.snapshots` — load, scrub, replay and export PyTorch memory snapshots.
+- :mod:`memviz.predictor` — :func:`predict` and :func:`max_batch`: will a program fit, with no GPU.
 
 Everything a lesson uses is importable from here (``__all__``; tests/test_exported_members.py locks it).
 The widget names (``dashboard``, ``SnapshotViewer``, ``WhatIfTable``) load :mod:`memviz.widgets` on first
@@ -19,7 +20,7 @@ from typing import Any as _Any
 
 from memviz.backends import cuda_available
 from memviz.compare import compare_configs
-from memviz.errors import InputError, MemvizError, OutOfMemoryError, SnapshotError
+from memviz.errors import DataDependentError, InputError, MemvizError, OutOfMemoryError, SnapshotError
 from memviz.glossary import FAMILIES, stats_table
 from memviz.lab import Lab
 from memviz.layout import segment_table
@@ -32,6 +33,7 @@ from memviz.units import format_bytes
 __all__ = [
     "FAMILIES",
     "RECORDED_CONFIGS",
+    "DataDependentError",
     "InputError",
     "Lab",
     "MemvizError",
@@ -61,7 +63,7 @@ __all__ = [
 ]
 
 _LAZY = {"dashboard": "memviz.widgets", "SnapshotViewer": "memviz.widgets", "WhatIfTable": "memviz.widgets",
-         "max_batch": "memviz.predict", "predict": "memviz.predict", "predicting": "memviz.predict",
+         "max_batch": "memviz.predictor", "predict": "memviz.predictor", "predicting": "memviz.predictor",
          "fit_panel": "memviz.widgets.fit_panel"}
 """Names whose module imports ipywidgets and plotly, or torch (the predictor): loaded on first access (PEP 562)."""
 
@@ -88,9 +90,7 @@ def __getattr__(name: str) -> _Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    imported = _import_module(module)
-    # memviz.predict is both the package and the function (the package is callable): keep the package
-    value = imported if imported.__name__ == f"{__name__}.{name}" else getattr(imported, name)
+    value = getattr(_import_module(module), name)
     globals()[name] = value
     return value
 

@@ -10,6 +10,9 @@
   - :class:`AllocatorConfigError`: a ``PYTORCH_CUDA_ALLOC_CONF`` string that torch would reject.
   - :class:`InvalidFreeError`: ``free()`` of an address that is not a live allocation.
   - :class:`SnapshotError`: a snapshot that cannot be loaded or does not have ``_snapshot()``'s shape.
+  - :class:`SizeError`: a size that is not a positive whole number of bytes, or has an unknown unit.
+- :class:`DataDependentError` (a ``RuntimeError``): a program being predicted needs a tensor's values, which a
+  prediction does not compute.
 - :class:`OutOfMemoryError` (a ``RuntimeError``, like ``torch.OutOfMemoryError``): the simulated
   allocator could not serve a request. Not a bug and not bad input: the lesson.
 """
@@ -18,11 +21,13 @@ from __future__ import annotations
 
 __all__ = [
     "AllocatorConfigError",
+    "DataDependentError",
     "InputError",
     "InputTypeError",
     "InvalidFreeError",
     "MemvizError",
     "OutOfMemoryError",
+    "SizeError",
     "SnapshotError",
 ]
 
@@ -54,6 +59,26 @@ class SnapshotError(InputError):
     ``segments[3].blocks[2]: 'size' must be an int >= 0, got 'abc'``, or, for a pickle that tries to
     run code, the global it asked for (``refusing to load global 'posix.system'``).
     """
+
+
+class SizeError(InputError):
+    """A size that is not a positive whole number of bytes, or has an unknown unit."""
+
+
+class DataDependentError(MemvizError, RuntimeError):
+    """A program being predicted needs a tensor's values (``.item()``, ``nonzero``, a branch on a tensor), which a
+    prediction does not compute.
+
+    Attributes: ``op`` (the aten op or Tensor method), ``line`` (the program's ``file:line (function)``).
+    """
+
+    def __init__(self, op: str, line: str) -> None:
+        self.op = op
+        self.line = line
+        super().__init__(
+            f"memviz.predict: {op} needs the tensor's values, which a prediction does not compute "
+            f"(at {line}). Memory does not depend on them: skip that code while predicting, e.g. "
+            "`if not memviz.predicting(): print(loss.item())`, or pass the value in as a Python number.")
 
 
 class OutOfMemoryError(MemvizError, RuntimeError):

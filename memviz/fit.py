@@ -71,7 +71,7 @@ def parse_kwargs(items: list[str]) -> dict[str, Any]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from memviz.predict import DEVICES
+    from memviz.predictor import DEVICES
 
     p = argparse.ArgumentParser(prog="python -m memviz.fit", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     from tqdm import tqdm
 
-    import memviz.predict as mp
+    import memviz.predictor as mp
 
     args = _parser().parse_args(argv)
     try:

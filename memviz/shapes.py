@@ -11,7 +11,8 @@ import re
 from dataclasses import dataclass
 from numbers import Integral
 
-from memviz.units import MAX_BYTES, SizeError, format_bytes, parse_size
+from memviz.errors import SizeError
+from memviz.units import MAX_BYTES, format_bytes, parse_size
 
 __all__ = ["DTYPE_SIZES", "Request", "dtype_name", "read_size", "size_request", "tensor_request"]
 

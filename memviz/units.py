@@ -12,7 +12,7 @@ Accepted sizes (:func:`parse_size`):
   ``"(1, 24)"``, ``"1x24"``; see :func:`memviz.shapes.read_size`). ``"1,00"`` is refused.
 
 Anything else — zero, negative, NaN, infinite, a float, a fraction of a byte, an unknown unit, a
-digit that is not ASCII — raises :class:`SizeError` (an :class:`~memviz.errors.InputError`, so a
+digit that is not ASCII — raises :class:`~memviz.errors.SizeError` (an :class:`~memviz.errors.InputError`, so a
 ``ValueError``) whose message names the input, the rule and an example to follow.
 """
 
@@ -22,11 +22,11 @@ import math
 import re
 from numbers import Integral
 
-from memviz.errors import InputError
+from memviz.errors import SizeError
 from memviz.sim import format_size  # bytes as PyTorch's OOM message prints them
 from memviz.sim.constants import MiB
 
-__all__ = ["MAX_BYTES", "GiB", "KiB", "MiB", "SizeError", "TiB", "format_bytes", "format_size", "parse_size"]
+__all__ = ["MAX_BYTES", "GiB", "KiB", "MiB", "TiB", "format_bytes", "format_size", "parse_size"]
 
 MAX_BYTES = (1 << 63) - 1  # a size must fit in int64, as it does for torch
 
@@ -40,10 +40,6 @@ _UNITS = {"b": 1, "byte": 1, "bytes": 1, **{unit.lower(): scale for unit, scale 
 _KNOWN_UNITS = ", ".join(["B", *(unit for unit, _ in _DECIMAL_UNITS + _BINARY_UNITS)])  # for error messages
 _DIGITS = r"(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+(?:_[0-9]+)*)"  # 1,000,000 or 1_000_000 or 1000000
 _SIZE_RE = re.compile(rf"^\s*({_DIGITS}(?:\.[0-9]+)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?\s*([A-Za-z]*)\s*$")
-
-
-class SizeError(InputError):
-    """A size that is not a positive whole number of bytes, or has an unknown unit."""
 
 
 def parse_size(size: int | str) -> int:

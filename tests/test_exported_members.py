@@ -13,6 +13,7 @@ import memviz
 EXPORTED = [
     "FAMILIES",
     "RECORDED_CONFIGS",
+    "DataDependentError",
     "InputError",
     "Lab",
     "MemvizError",

@@ -10,7 +10,7 @@ from torch import nn
 
 import memviz
 from memviz.examples import mlp_training as train  # a user's script: (batch=256, steps=3, amp=False)
-from memviz.predict import max_batch, predict
+from memviz.predictor import max_batch, predict
 from memviz.widgets._common import escape, exact_bytes
 from memviz.widgets.fit_controls import ProgramControls
 from memviz.widgets.fit_panel import FitPanel, fit_panel
@@ -56,7 +56,7 @@ def assert_shows(panel: FitPanel, p) -> None:
     drawn = panel.area.drawn
     assert drawn["x"] == list(range(len(p.events)))  # a short run is drawn whole
     assert drawn["reserved"] == [e.reserved_bytes for e in p.events]
-    stack_at_peak = sum(drawn[cat][p.peak_event_index] for cat in memviz.predict.CATEGORIES)
+    stack_at_peak = sum(drawn[cat][p.peak_event_index] for cat in memviz.predictor.CATEGORIES)
     assert stack_at_peak == sum(p.breakdown().values())
     assert drawn["peak"] == p.peak_event_index
     assert drawn["phases"] == phase_spans(p)

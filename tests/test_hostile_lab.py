@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memviz.errors import SizeError
 from memviz.lab import Lab
-from memviz.units import SizeError
 from memviz.widgets.controls import Controls, parse_size_field
 
 

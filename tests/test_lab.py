@@ -6,8 +6,8 @@ import sys
 import pytest
 
 from memviz.backends import SimulatedBackend, select_backend
+from memviz.errors import SizeError
 from memviz.lab import Lab
-from memviz.units import SizeError
 
 MiB = 1 << 20
 

@@ -1,12 +1,12 @@
 """The autograd engine's gradient joins: in place on the GPU where it holds the last reference
-(memviz.predict.accumulate), although the predictor's dispatch mode makes the engine add out of place."""
+(memviz.predictor.rules.autograd), although the predictor's dispatch mode makes the engine add out of place."""
 
 from __future__ import annotations
 
 import torch
 
 import memviz
-from memviz.predict import accumulate
+from memviz.predictor.rules import autograd as accumulate
 
 
 def _backward_adds(program) -> list[tuple[str, int]]:

@@ -13,12 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from memviz.predict.workspaces import (
-    conv_workspace_bytes,
-    depthwise_workspace_bytes,
-    grouped_workspace_bytes,
-    reduce_scratch_bytes,
-)
+from memviz.predictor.rules.cudnn_conv import conv_workspace_bytes, depthwise_workspace_bytes, grouped_workspace_bytes
+from memviz.predictor.rules.reductions import reduce_scratch_bytes
 
 PROBE = Path(__file__).parents[1] / "evaluation" / "recordings" / "h200_probe.json.gz"
 PHASES = ("forward", "backward_input", "backward_weight")
@@ -118,7 +114,7 @@ def test_pointwise_unit_stride_on_held_out_batches(phase: str) -> None:
 def test_reduce_scratch_matches_setreduceconfig_by_hand() -> None:
     """``grad.sum(0)`` over 4096 rows of 3072 bf16 outputs on an H200: block 32×4, output vectors of 4, 24
     blocks of outputs, 64 blocks per output → 4·3072·64·128 bytes of partials and one int per output block."""
-    from memviz.predict.gpus import ARCHS
+    from memviz.predictor.gpus import ARCHS
 
     assert reduce_scratch_bytes(ARCHS["H200"], (4096, 3072), {0}, 2, 4) == (100_663_296, 96)
     assert reduce_scratch_bytes(ARCHS["H200"], (256, 4096), {0}, 4, 4) == (0, 0)  # 64 values a thread: one pass
@@ -135,7 +131,7 @@ def test_reduce_scratch_as_recorded(run_id: str) -> None:
     from itertools import pairwise
 
     from evaluation.recorded import PROGRAMS
-    from memviz.predict import predict
+    from memviz.predictor import predict
 
     run = json.loads(gzip.decompress((PROBE.parent / "h200" / f"{run_id}.json.gz").read_bytes()))
     allocs = [e for e in run["events"] if e[0] == "alloc"]
@@ -154,7 +150,7 @@ def test_efficient_attention_backward_as_recorded() -> None:
     """fp32 memory-efficient attention's backward: the fp32 product, its sum, ``delta`` and the kernel's
     grad_q workspace, in the H200 trace as four back-to-back allocations, once per layer."""
     from evaluation.recorded import PROGRAMS
-    from memviz.predict import predict
+    from memviz.predictor import predict
 
     run = json.loads(gzip.decompress((PROBE.parent / "h200" / "gpt-b8-fp32.json.gz").read_bytes()))
     real = [e[2] for e in run["events"] if e[0] == "alloc"]

@@ -111,7 +111,7 @@ def test_distributions_validate_their_arguments_and_the_programs_item_is_still_r
             print(loss.item())
 
     assert memviz.predict(prog, False, device="H200").breakdown()["gradients"] == (64 * 32 + 32) * 4
-    with pytest.raises(memviz.predict.DataDependentError, match=r"item.*test_predict_zoo\.py"):
+    with pytest.raises(memviz.DataDependentError, match=r"item.*test_predict_zoo\.py"):
         memviz.predict(prog, True, device="H200")
 
 

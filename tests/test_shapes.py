@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memviz.errors import SizeError
 from memviz.shapes import DTYPE_SIZES, dtype_name, read_size, size_request, tensor_request
-from memviz.units import SizeError
 
 
 def test_seed_articles_big_tensor_is_128_gib_not_half_a_gigabyte():

@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memviz.errors import SizeError
 from memviz.sim.constants import MiB as ALLOCATOR_MiB
-from memviz.units import MAX_BYTES, GiB, KiB, MiB, SizeError, TiB, format_bytes, format_size, parse_size
+from memviz.units import MAX_BYTES, GiB, KiB, MiB, TiB, format_bytes, format_size, parse_size
 
 
 @pytest.mark.parametrize(

@@ -71,7 +71,7 @@ class FitPanel:
         defaults: control abbreviations per parameter of ``fn`` (see :mod:`memviz.widgets.fit_controls`).
 
     Attributes:
-        prediction: the :class:`memviz.predict.Prediction` shown now (None before the first one fits in).
+        prediction: the :class:`memviz.predictor.Prediction` shown now (None before the first one fits in).
         refresh_seconds: seconds each refresh took, prediction and redraw, in order.
         status_text / error_text: the status line, and the last error ("" when the last refresh worked).
     """
@@ -170,7 +170,7 @@ class FitPanel:
 
     def _predict(self, target: dict[str, Any], kwargs: dict[str, Any], what: str, **over: Any) -> Any:
         """One :func:`memviz.predict` with the progress bar moving; None (and the error shown) if it raised."""
-        from memviz.predict import predict
+        from memviz.predictor import predict
 
         expected = len(self.prediction.events) if self.prediction is not None else 0
         bar = self.progress
@@ -240,7 +240,7 @@ class FitPanel:
 
     def largest_batches(self, devices: Sequence[str] = TABLE_DEVICES) -> list[BatchRow]:
         """The largest ``batch_arg`` that fits on each of ``devices`` (cap and config as set), as a table."""
-        from memviz.predict import max_batch
+        from memviz.predictor import max_batch
 
         if self.batch_arg is None:
             raise ValueError("this panel has no batch argument (pass fit_panel(fn, batch_arg='...'))")
@@ -269,7 +269,7 @@ class FitPanel:
 
     def find_fixes(self) -> str:
         """After an OOM: which of ``configs`` fit, and the largest batch that fits under this config."""
-        from memviz.predict import max_batch
+        from memviz.predictor import max_batch
 
         target, kwargs = self.settings()
         fitting = [row.config or "default" for row in self.compare_configs() if row.prediction.fits]

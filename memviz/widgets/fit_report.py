@@ -1,6 +1,6 @@
 """The fit panel's words and tables: the fits / OOM banner, the gauges' rows, and the side-by-side tables.
 
-Pure functions of :class:`memviz.predict.Prediction` objects (no widgets), so tests read the same text the
+Pure functions of :class:`memviz.predictor.Prediction` objects (no widgets), so tests read the same text the
 panel shows. Bytes are printed exactly (``"1.33 GiB (1,433,124,352 B)"``) where a learner compares numbers.
 """
 

@@ -12,7 +12,7 @@ import pytest
 from jlab import ARTIFACTS_DIR, console_errors, late_large_modules, notebook_locator
 
 from memviz.examples import mlp_training  # a user's training script: (batch=256, steps=3, amp=False)
-from memviz.predict import predict
+from memviz.predictor import predict
 from memviz.widgets._common import exact_bytes
 
 pytestmark = pytest.mark.browser

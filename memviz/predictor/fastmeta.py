@@ -16,8 +16,7 @@ and strides, which for these ops follow from the inputs directly:
   returns the gradients the output mask asks for, like input / weight; ``native_layer_norm`` and its
   backward likewise (per-row mean and rstd).
 
-And one CUDA layout decision the meta kernels do not make: a convolution with a channels-last input or
-weight returns channels-last outputs and gradients, as cuDNN does (meta returns contiguous ones).
+Only speed: what CUDA does differently from the meta kernels is in :mod:`memviz.predictor.rules`.
 
 Each shortcut returns ``NotImplemented`` when its conditions do not hold; the op's own meta kernel then runs.
 """
@@ -98,37 +97,7 @@ def _activation_backward(args: tuple, kwargs: dict) -> Any:
     return torch.empty_like(x)
 
 
-def _channels_last(t: Any) -> bool:
-    return isinstance(t, torch.Tensor) and t.dim() == 4 and \
-        torch._prims_common.suggest_memory_format(t) is torch.channels_last
-
-
-def cudnn_channels_last(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """``cudnn_conv_suggest_memory_format(input, weight) == ChannelsLast`` (``ConvUtils.h``): a 4-D, non-double
-    convolution whose input or weight is channels-last. ``select_conv_backend`` then takes cuDNN, depthwise
-    ones included (``use_cudnn_depthwise``), whose outputs and gradients are channels-last."""
-    return x.is_meta and x.dim() == 4 and torch.float64 not in (x.dtype, weight.dtype) and \
-        (_channels_last(x) or _channels_last(weight))
-
-
-def _convolution(args: tuple, kwargs: dict) -> Any:
-    if kwargs or not cudnn_channels_last(args[0], args[1]):
-        return NotImplemented
-    out = aten.convolution.default(*args)
-    return torch.empty_like(out, memory_format=torch.channels_last)
-
-
-def _convolution_backward(args: tuple, kwargs: dict) -> Any:
-    if kwargs or not cudnn_channels_last(args[1], args[2]):
-        return NotImplemented
-    grads = aten.convolution_backward.default(*args)
-    return tuple(g if g is None or g.dim() != 4 else torch.empty_like(g, memory_format=torch.channels_last)
-                 for g in grads)
-
-
 _OTHER = {aten.native_batch_norm.default: _batch_norm,
-          aten.convolution.default: _convolution,
-          aten.convolution_backward.default: _convolution_backward,
           aten.silu_backward.default: _activation_backward,
           aten.native_batch_norm_backward.default: _batch_norm_backward,
           aten.native_layer_norm.default: _layer_norm,

@@ -10,14 +10,12 @@ read and drive the simulated allocator, so a program that prints them prints the
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-__all__ = ["patched_cuda"]
+__all__ = ["cuda_modules", "cuda_replacements"]
 
 
 @dataclass
@@ -63,7 +61,8 @@ class _Stream:
         return lambda *a, **k: None
 
 
-def _replacements(session: Any) -> dict[str, Any]:
+def cuda_replacements(session: Any) -> dict[str, Any]:
+    """Name → replacement, for whichever of :func:`cuda_modules` has the name."""
     alloc = session.allocator
     props = _Properties(session.device.name, session.device.total_memory_bytes, *session.arch.capability)
     nothing = lambda *a, **k: None  # noqa: E731
@@ -125,10 +124,14 @@ def _replacements(session: Any) -> dict[str, Any]:
         "set_device_idx": nothing,
         "set_stream": nothing,
         "get_memory_info": mem_get_info,
+        # memory history: the prediction is its own record; _snapshot() is the simulator's
+        "_record_memory_history": nothing,
+        "_dump_snapshot": nothing,
+        "_snapshot": lambda *a, **k: alloc.snapshot(),
     }
 
 
-def _modules() -> list[Any]:
+def cuda_modules() -> list[Any]:
     """Where the names live: ``torch.cuda``, ``torch.cuda.memory`` and, where this torch has it,
     ``torch.accelerator`` (which a CPU-only build answers with "no accelerator" and a CUDA build on a
     machine without a GPU answers from the driver: ``torch.optim``'s step asks it for the current stream)."""
@@ -139,26 +142,3 @@ def _modules() -> list[Any]:
         if getattr(accelerator, "memory", None) is not None:
             modules.append(accelerator.memory)
     return modules
-
-
-@contextlib.contextmanager
-def patched_cuda(session: Any) -> Iterator[None]:
-    """Replace ``torch.cuda``'s functions (and ``torch.cuda.memory``'s, ``torch.accelerator``'s) for the block;
-    restore them after."""
-    saved: list[tuple[Any, str, Any]] = []
-    modules = _modules()
-    try:
-        for name, value in _replacements(session).items():
-            for module in modules:
-                if name in vars(module):
-                    saved.append((module, name, vars(module)[name]))
-                    setattr(module, name, value)
-        for name in ("_record_memory_history", "_dump_snapshot"):
-            saved.append((torch.cuda.memory, name, vars(torch.cuda.memory)[name]))
-            setattr(torch.cuda.memory, name, lambda *a, **k: None)
-        saved.append((torch.cuda.memory, "_snapshot", vars(torch.cuda.memory)["_snapshot"]))
-        torch.cuda.memory._snapshot = lambda *a, **k: session.allocator.snapshot()
-        yield
-    finally:
-        for module, name, value in reversed(saved):
-            setattr(module, name, value)

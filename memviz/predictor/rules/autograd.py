@@ -19,7 +19,9 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["current_node", "last_reference_counts", "runs_in_place", "use_counts"]
+from . import Rule
+
+__all__ = ["RULES", "current_node", "last_reference_counts", "runs_in_place", "use_counts"]
 
 aten = torch.ops.aten
 
@@ -72,3 +74,9 @@ def runs_in_place(args: tuple, kwargs: dict, producer_of: Any) -> bool:
     limit = last_reference_counts()
     counts = use_counts(old)
     return counts[0] <= limit[0] and counts[1] <= limit[1]
+
+
+RULES = (
+    Rule("in-place gradient joins", "autograd", "engine", (), runs_in_place, "source",
+         "torch/csrc/autograd/input_buffer.cpp (accumulate)", doc=__doc__ or ""),
+)

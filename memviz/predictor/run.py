@@ -1,33 +1,18 @@
-"""Will it fit? Predict a PyTorch program's GPU memory with no GPU.
-
-``predict(fn, *args, device="A100-40GB", cap=None, alloc_conf=None, **kwargs)`` runs ``fn(*args, **kwargs)``
-— an ordinary CUDA training or inference script — on meta tensors (no GPU, no memory, no compute) and
-drives :class:`memviz.sim.CachingAllocator` with every allocation it makes, as CUDA would (autocast,
-SDPA's kernel choice, the optimizers' foreach defaults, cuBLAS/cuBLASLt workspaces; see
-:mod:`memviz.predict.trace`). ``max_batch`` bisects the largest batch that fits. ``python -m memviz.fit``
-does both from a shell. Works on the CPU-only torch and on the CUDA one (it never touches a GPU).
-"""
+"""``predict`` and ``max_batch``: run a program with no GPU and replay what it allocates through the simulator."""
 
 from __future__ import annotations
 
-import sys
+import contextlib
 import time
-import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from memviz.devices import PRESETS
 from memviz.units import parse_size
 
-from .gpus import ARCHS, GpuArch, arch_for
-from .result import CATEGORIES, OutOfMemory, Prediction
-from .trace import PHASES, DataDependentError
+from .gpus import arch_for
+from .result import Prediction
 
-__all__ = ["ARCHS", "CATEGORIES", "DEVICES", "PHASES", "DataDependentError", "GpuArch", "OutOfMemory",
-           "Prediction", "max_batch", "predict", "predicting"]
-
-DEVICES: tuple[str, ...] = tuple(k for k in PRESETS if k in ARCHS)
-"""The preset names ``device=`` accepts (any size such as ``"24 GiB"`` works too)."""
+__all__ = ["max_batch", "predict", "predicting"]
 
 Progress = Callable[[int, "int | None", str], None]
 
@@ -40,8 +25,48 @@ def predicting() -> bool:
     return _active > 0
 
 
-def _cap_bytes(cap: int | str | None) -> int | None:
-    return None if cap is None else parse_size(cap)
+@contextlib.contextmanager
+def _traced(session: Any) -> Iterator[None]:
+    """Install the tracer for the block: the patches, the hooks, CUDA's emulation, the two modes; put every global
+    back after it (modes, patched functions, dispatcher registrations, autocast state, grad mode, the RNG),
+    whatever happens."""
+    import torch
+    import torch._dynamo
+
+    from . import patches
+    from .autocast import CudaEmulation
+    from .capture import Capture
+    from .hooks import install_hooks
+    from .redirect import Redirect
+    from .rules.autograd import last_reference_counts
+
+    last_reference_counts()  # measured once, before any mode of ours is active
+    saved_rng = torch.get_rng_state()
+    saved_grad = torch.is_grad_enabled()
+    saved_autocast = [(d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cuda", "cpu")]
+    saved_cache = torch.is_autocast_cache_enabled()
+    session.emulation = CudaEmulation(session.is_device, session.choose_sdpa, session.forget)
+    hooks: list[Any] = []
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(patches.applied(session))
+            hooks.extend(install_hooks(session))
+            session.emulation.enter()
+            stack.callback(session.emulation.exit)
+            stack.enter_context(Capture(session))
+            stack.enter_context(Redirect(session))
+            yield
+    finally:
+        session.closed = True
+        for handle in hooks:
+            handle.remove()
+        torch.set_rng_state(saved_rng)
+        torch.set_grad_enabled(saved_grad)
+        for d, enabled, dtype in saved_autocast:
+            torch.set_autocast_enabled(d, enabled)
+            torch.set_autocast_dtype(d, dtype)
+        torch.set_autocast_cache_enabled(saved_cache)
+        torch.clear_autocast_cache()
 
 
 def predict(fn: Callable[..., Any], *args: Any, device: Any = "A100-40GB", cap: int | str | None = None,
@@ -50,36 +75,38 @@ def predict(fn: Callable[..., Any], *args: Any, device: Any = "A100-40GB", cap: 
 
     Args:
         fn: the program, unchanged: it uses ``"cuda"`` as it would on a GPU.
-        device: a preset (:data:`DEVICES`: ``"T4"``, ``"A100-40GB"``, ``"H200"``...) or a size
-            (``"24 GiB"``, bytes; taken as a Hopper for the workspaces).
+        device: a preset (:data:`memviz.predictor.DEVICES`: ``"T4"``, ``"A100-40GB"``, ``"H200"``...) or a size
+            (``"24 GiB"``, bytes; taken as a Hopper for the rules).
         cap: the allocator's limit in bytes or as ``"4 GiB"`` (what ``set_per_process_memory_fraction``
             gives), default None: the whole device less the CUDA context.
         alloc_conf: a ``PYTORCH_CUDA_ALLOC_CONF`` string (default: torch's defaults).
-        on_progress: called as ``on_progress(events_so_far, None, phase)`` every 1024 allocations.
+        on_progress: called as ``on_progress(calls_so_far, None, phase)`` every 1024 allocations.
 
     Returns:
-        A :class:`Prediction`. An allocation that does not fit raises ``torch.OutOfMemoryError`` inside
-        ``fn`` at that op, as on the GPU; if ``fn`` lets it out, the prediction says ``fits=False`` and
+        A :class:`memviz.predictor.Prediction`. An allocation that does not fit raises ``torch.OutOfMemoryError``
+        inside ``fn`` at that op, as on the GPU; if ``fn`` lets it out, the prediction says ``fits=False`` and
         ``oom`` names the request, op, module and line.
 
     Raises:
-        DataDependentError: ``fn`` needs tensor values (``.item()``, ``nonzero``...) — see its message.
+        memviz.errors.DataDependentError: ``fn`` needs tensor values (``.item()``, ``nonzero``...) — see its message.
         Whatever ``fn`` raises (with a note saying where the prediction stopped).
-        memviz.errors.InputError / ValueError: a bad device, cap or alloc_conf.
+        memviz.errors.InputError / ValueError: a bad device, cap or alloc_conf; a torch older than the predictor
+            supports (:func:`memviz.predictor.patches.check_torch`).
     """
     global _active
-    from .trace import Session
+    from .patches import check_torch
+    from .session import Session
 
+    check_torch()
     dev, arch = arch_for(device)
-    cap_bytes = _cap_bytes(cap)
-    conf = alloc_conf or ""
-    session = Session(dev, arch, cap_bytes, conf, on_progress)
+    cap_bytes = None if cap is None else parse_size(cap)
+    session = Session(dev, arch, cap_bytes, alloc_conf or "", on_progress)
     start = time.perf_counter()
     _active += 1
     try:
         import torch
 
-        with session.active():
+        with _traced(session):
             try:
                 fn(*args, **kwargs)
             except torch.OutOfMemoryError:
@@ -87,12 +114,12 @@ def predict(fn: Callable[..., Any], *args: Any, device: Any = "A100-40GB", cap: 
                     raise
             except Exception as e:
                 if hasattr(e, "add_note"):  # Python 3.11+
-                    e.add_note(f"memviz.predict: the program stopped after {len(session.events)} allocator "
+                    e.add_note(f"memviz.predict: the program stopped after {len(session.calls)} allocator "
                                f"events, in phase {session.phase!r}")
                 raise
     finally:
         _active -= 1
-    return Prediction(session, cap_bytes, conf, time.perf_counter() - start)
+    return session.result(time.perf_counter() - start)
 
 
 def max_batch(fn_of_batch: Callable[[int], Any], device: Any = "A100-40GB", cap: int | str | None = None,
@@ -141,14 +168,3 @@ def max_batch(fn_of_batch: Callable[[int], Any], device: Any = "A100-40GB", cap:
         else:
             bad = mid
     return good
-
-
-class _CallableModule(types.ModuleType):
-    """``memviz.predict`` is both this package and the function: importing a submodule
-    (``memviz.examples``) binds the package to ``memviz.predict``, so the package calls :func:`predict`."""
-
-    def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Prediction:
-        return predict(fn, *args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

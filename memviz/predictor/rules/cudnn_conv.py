@@ -1,17 +1,15 @@
-"""What the real kernels allocate beyond their outputs, and the kernel choices that decide it.
+"""cuDNN convolutions: the workspace each pass asks, and the channels-last outputs cuDNN returns.
 
-Rules, not cases: each rule is keyed by an aten op and reads only the op's arguments and the target
-architecture (:mod:`memviz.predict.gpus`).
+``torch.backends.cudnn.benchmark=False`` (the default): cuDNN's heuristics pick one plan per call; its workspace is
+requested after the pass's result and freed when the pass returns. If it does not fit, torch's ``try_plans`` catches
+the OOM and runs cuDNN's next plan: taken here as one that needs no workspace. Backward runs backward-input, then
+backward-weight, each allocating its result then its workspace, then the bias gradient (a reduction). A convolution
+whose input or weight is channels-last (``cudnn_conv_suggest_memory_format``) runs cuDNN in that layout and
+returns channels-last outputs and gradients (the meta kernels return contiguous ones).
 
-- cuBLAS (``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``addbmm``, ``addmv``, ``mv``, ``dot``, ``vdot``,
-  ``_addmm_activation``): the first call on a thread (the main thread, autograd's backward thread) keeps
-  the architecture's cuBLAS workspace; an ``addmm`` whose bias is a vector goes through cuBLASLt's bias
-  epilogue (``gemm_and_bias``, ``addmm_out_cuda_impl``'s ``useLtInterface``) and also keeps the cuBLASLt
-  workspace. Kept for the process: ``empty_cache()`` does not free them.
-- Flash attention's backward (``mha_bwd``) holds ``softmax_d`` (B·H·round128(L) fp32) and ``dq_accum``
-  (B·round128(L)·H·round32(D) fp32) while it runs; memory-efficient attention's backward in fp16/bf16 its
-  fp32 grad_q accumulator.
-- SDPA's backend as ``sdp_utils.cpp`` picks it for the target GPU (:func:`choose_sdpa_backend`).
+The workspace sizes are measured, on the H200 only (cuDNN 9.19; the probes of ``evaluation/recordings/``, see
+each function); other architectures get them with a note. The layout rule is torch's source
+(``aten/src/ATen/native/ConvUtils.h``).
 """
 
 from __future__ import annotations
@@ -21,47 +19,35 @@ from typing import Any
 
 import torch
 
-from .fastmeta import cudnn_channels_last
-from .gpus import GpuArch
+from ..device import DeviceMemory
+from . import Measurement, Rule
+from .reductions import reduce_scratch_bytes
 
-__all__ = ["RULES", "TRACKS_OUTPUTS", "choose_sdpa_backend", "conv_workspace_bytes", "depthwise_workspace_bytes",
-           "grouped_workspace_bytes", "reduce_scratch_bytes"]
+__all__ = ["RULES", "conv_workspace_bytes", "cudnn_channels_last", "depthwise_workspace_bytes",
+           "grouped_workspace_bytes"]
 
 aten = torch.ops.aten
 
-
-def _thread() -> str:
-    return "backward" if torch._C._current_graph_task_id() != -1 else "main"
-
-
-def _keep(s: Any, kind: str, nbytes: int, op: str) -> None:
-    key = (kind, _thread())
-    if key not in s.workspaces and nbytes:
-        ptr, _ = s.malloc(nbytes, op, "workspaces")
-        s.workspaces[key] = ptr
-
-
-def _cublas(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
-    _keep(s, "cublas", s.arch.cublas_workspace_bytes, func.__name__)
+_CUDNN = "torch 2.11.0+cu130, cuDNN 9.19"
+EVIDENCE = (
+    Measurement("sm90", "H200", _CUDNN, "evaluation/recordings/h200_probe.json.gz: 696 geometries of ResNet-18/50 "
+                "and a VGG-style net, batches 1/16/64, fp32 and bf16"),
+    Measurement("sm90", "H200", _CUDNN, "evaluation/recordings/h200_probe2.json.gz: the recorded programs' 72 "
+                "convolutions and 8 grid sizes, batches 32/96/128/192/256, fp32 and bf16"),
+    Measurement("sm90", "H200", _CUDNN, "evaluation/recordings/h200_probe3.json.gz and h200_probe4.json.gz: "
+                "patchify stems, 3x3/2 RGB stems, patch merging, depthwise and grouped convolutions"),
+    Measurement("sm90", "H200", _CUDNN, "evaluation/recordings/h200_probe5.json.gz and h200_probe6.json.gz: "
+                "channels-last dense and depthwise convolutions; narrow fp32 1x1 convolutions, batches 16-128"),
+)
 
 
-def _addmm(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
-    _keep(s, "cublas", s.arch.cublas_workspace_bytes, func.__name__)
-    bias, mat1, mat2 = args[0], args[1], args[2]
-    beta = kwargs.get("beta", args[3] if len(args) > 3 else 1)
-    if (bias.dim() == 1 and beta == 1 and mat1.dim() == 2 and bias.size(0) == mat2.size(1) and bias.is_contiguous()
-            and mat1.dtype in (torch.float32, torch.float16, torch.bfloat16) and mat1.size(0) > 1
-            and mat2.size(1) > 1):
-        _keep(s, "cublaslt", s.arch.cublaslt_workspace_bytes, func.__name__)
-
-
-def _cudnn_workspace(s: Any, nbytes: int, op: str) -> None:
+def _cudnn_workspace(memory: DeviceMemory, nbytes: int, op: str) -> None:
     """A convolution's workspace, held while it runs. If it does not fit, torch's ``try_plans`` catches the
     OOM and runs cuDNN's next plan: taken here as one that needs no workspace."""
     if nbytes > 0:
-        ptr, index = s.malloc(nbytes, op, "workspaces", soft=True)
-        if index >= 0:
-            s.free(ptr, index, op)
+        workspace = memory.try_malloc(nbytes, op, "workspaces")
+        if workspace is not None:
+            memory.free(workspace, op)
 
 
 def _round(x: int, m: int) -> int:
@@ -78,18 +64,6 @@ def _split_k_bytes(partial_bytes: int) -> int:
     """cuDNN's split-K partial results of backward-weight: as many partials of ``partial_bytes`` as fit in
     8 MiB, between 1 and 14."""
     return min(14, max(1, (8 << 20) // partial_bytes)) * partial_bytes
-
-
-def _flash_backward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
-    q = args[1]  # (grad_out, query, key, value, out, logsumexp, ...): query is (B, H, L, D)
-    b, h, length, d = q.shape
-    lq = _round(length, 128)
-    softmax_d = b * h * lq * 4
-    dq_accum = b * lq * h * _round(d, 32) * 4
-    ptr1, i1 = s.malloc(softmax_d, func.__name__, "workspaces")
-    ptr2, i2 = s.malloc(dq_accum, func.__name__, "workspaces")
-    s.free(ptr2, i2, func.__name__)
-    s.free(ptr1, i1, func.__name__)
 
 
 def conv_workspace_bytes(phase: str, c_in: int, c_out: int, kernel: tuple[int, ...], stride: tuple[int, ...],
@@ -259,7 +233,7 @@ def _pointwise_bytes(phase: str, c_in: int, c_out: int, element_bytes: int, inpu
     Forward and backward-input need nothing, except between 512 and ≥ 2048 channels on at most 8×8
     pixels, where cuDNN goes channels-last: input + output (a 1×1 weight is the same in either layout).
     Fitted on the probes' batches 1/16/32/64/128/256 (``h200_probe.json.gz``, ``h200_probe2.json.gz``),
-    checked on 96/192 and on the 20²/40² grid (``tests/test_predict_workspaces.py``); the fp32 exception from
+    checked on 96/192 and on the 20²/40² grid (``tests/test_predict_rules_conv.py``); the fp32 exception from
     ``h200_probe6.json.gz`` (MobileNetV2's 16→96, 24→144, 32→16 and 32→192 at batches 24–96: the
     channels-last path at every batch below 64, the per-image split from 64 on)."""
     if phase == "backward_weight":
@@ -321,7 +295,7 @@ def _unaligned_strided_backward_weight_bytes(c_in: int, c_out: int, kernel: tupl
     N·H_out·W_out output pixels into partial weights in the padded layout (c_out·k·k·16 bytes each). The
     split count grows about as sqrt(N·H_out·W_out) / element_bytes, between 36 and 120 (saturated from
     about 480² output pixels in fp32, 240² in bf16). Fitted on the probe's 224×224 and 64×64 stems, checked on
-    the held-out 160×160 ones (``tests/test_predict_workspaces.py``)."""
+    the held-out 160×160 ones (``tests/test_predict_rules_conv.py``)."""
     taps = math.prod(kernel)
     padded_input_bytes = _padded_pixels_bytes(input_bytes, c_in, element_bytes)
     partial_bytes = c_out * taps * _round(c_in * element_bytes, 16)
@@ -354,242 +328,81 @@ _UNMODELLED_CONV = ("convolutions in fewer than 8 groups or channels-last groups
                     "non-2-D: no cuDNN workspace is modelled")
 
 
-def _conv_forward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+def _conv_forward(memory: DeviceMemory, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
     nbytes = _conv_workspace("forward", args[0], args[1], out.numel(), args[3], args[6], args[8])
     if nbytes is None:
-        s.note(_UNMODELLED_CONV)
+        memory.note(_UNMODELLED_CONV)
     else:
-        _cudnn_workspace(s, nbytes, "cudnn_convolution")
+        _cudnn_workspace(memory, nbytes, "cudnn_convolution")
 
 
-def _conv_backward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+def _conv_backward(memory: DeviceMemory, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
     """cuDNN runs backward-input then backward-weight, each allocating its result, then its workspace."""
     grad_out, inp, weight = args[0], args[1], args[2]
     name = func.__name__
     for phase, result in zip(("backward_input", "backward_weight", "bias"), out, strict=True):
         if result is None:
             continue
-        s.track(result, name)
+        memory.track(result, name)
         if phase == "bias":
-            _bias_reduction(s, grad_out, name)
+            _bias_reduction(memory, grad_out, name)
             continue
         nbytes = _conv_workspace(phase, inp, weight, grad_out.numel(), args[4], args[7], args[9])
         if nbytes is None:
-            s.note(_UNMODELLED_CONV)
+            memory.note(_UNMODELLED_CONV)
         else:
-            _cudnn_workspace(s, nbytes, "cudnn_convolution_backward")
+            _cudnn_workspace(memory, nbytes, "cudnn_convolution_backward")
 
 
-def _bias_reduction(s: Any, grad_out: torch.Tensor, op: str) -> None:
+def _bias_reduction(memory: DeviceMemory, grad_out: torch.Tensor, op: str) -> None:
     """The bias gradient: ``convolution_backward`` sums the output gradient over every dimension but the
     channels after the backend's own passes (``Convolution.cpp``), with the reduction kernel's scratch."""
     if not grad_out.is_contiguous() or grad_out.dim() < 3:
         return
     reduce_dims = {d for d in range(grad_out.dim()) if d != 1}
-    buffer_bytes, semaphore_bytes = reduce_scratch_bytes(s.arch, tuple(grad_out.shape), reduce_dims,
+    buffer_bytes, semaphore_bytes = reduce_scratch_bytes(memory.arch, tuple(grad_out.shape), reduce_dims,
                                                          grad_out.element_size(), 4, grad_out.storage_offset())
     if buffer_bytes:
-        ptr1, i1 = s.malloc(buffer_bytes, op, "workspaces")
-        ptr2, i2 = s.malloc(semaphore_bytes, op, "workspaces")
-        s.free(ptr2, i2, op)
-        s.free(ptr1, i1, op)
+        buffer = memory.malloc(buffer_bytes, op, "workspaces")
+        memory.free(memory.malloc(semaphore_bytes, op, "workspaces"), op)
+        memory.free(buffer, op)
 
 
-def _efficient_backward(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
-    """Memory-efficient attention's backward (``_efficient_attention_backward``, attention_backward.cu), after
-    its gradients: ``delta`` (B·H·M fp32), which the fp16/bf16 kernels compute themselves
-    (``kKernelComputesDelta``) and fp32 takes from ``(grad_out.float() * out.float()).sum(-1)`` (the product
-    and the sum are temporaries), then the kernel's workspace, B·H·``workspace_strideBH`` floats: with grad_q
-    accumulated in global memory, ceil(M/64)·ceil(D/64) tiles of 64×64 floats and a 16-byte lock
-    (``GradQTempStorage``). Measured for fp32: gpt-b8-fp32 (B 8, H 12, M 512, D 64) asks 12,582,912 B,
-    196,608 B, 196,608 B, then 12,595,200 B, as here; fp16/bf16 from the source, not measured."""
-    q = args[1]
-    if q.dim() != 4:
-        return
-    b, h, length, d = q.shape
-    name = func.__name__
-    if q.dtype is torch.float32:
-        product = s.malloc(b * h * length * d * 4, name, "workspaces")
-        summed = s.malloc(b * h * length * 4, name, "workspaces")
-        delta = s.malloc(b * h * length * 4, name, "workspaces")
-        s.free(*summed, name)
-        s.free(*product, name)
-    else:
-        delta = s.malloc(b * h * length * 4, name, "workspaces")
-    tiles = -(-length // 64) * -(-d // 64)
-    workspace = s.malloc(b * h * _round(tiles * (64 * 64 + 4), 4) * 4, name, "workspaces")
-    s.free(*delta, name)  # a local of the kernel launch; the workspace lives to the end of the function
-    s.free(*workspace, name)
 
 
-def _last_pow2(n: int) -> int:
-    return 1 << (max(n, 1).bit_length() - 1)
+def _channels_last(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and t.dim() == 4 and \
+        torch._prims_common.suggest_memory_format(t) is torch.channels_last
 
 
-def reduce_scratch_bytes(arch: GpuArch, shape: tuple[int, ...], reduce_dims: set[int], element_bytes: int,
-                         acc_bytes: int, storage_offset: int = 0) -> tuple[int, int]:
-    """``(buffer_bytes, semaphore_bytes)`` that torch's CUDA reduction kernel (``gpu_reduce_kernel`` in
-    ``aten/src/ATen/native/cuda/Reduce.cuh``) allocates while it runs, for a contiguous input of ``shape``
-    reduced over ``reduce_dims``; ``(0, 0)`` when it reduces in one pass (the usual case).
-
-    ``setReduceConfig`` ported for inputs whose reduced dimensions form one block (a prefix, a suffix or
-    all): when each thread would sum ≥ 256 values and the grid is small, it splits the inputs across
-    ``ctas_per_output`` blocks that meet in a global-memory buffer (``acc_bytes`` per partial value) with
-    one semaphore per output block. Example: the bias gradient of a Linear, ``grad.sum(0)`` over 4096 rows
-    of 3072 outputs, takes a 96 MiB buffer on an H200 (seen in the recordings, one per layer). A reduction
-    over the outer and the inner dimensions around kept ones (a convolution's bias gradient, ``sum((0, 2,
-    3))`` of N×C×H×W) is one over the fastest dimension with two reduced dimensions, so not vectorized:
-    2560 B of buffer for 128×128×32×32 fp32 (seen in the recordings). ``(0, 0)`` also for layouts the port
-    does not cover (other interleavings).
-    """
-    groups: list[list[Any]] = []  # [reduced, size], fastest dimension last
-    for d, size in enumerate(shape):
-        if size == 1:
-            continue
-        reduced = d in reduce_dims
-        if groups and groups[-1][0] == reduced:
-            groups[-1][1] *= size
-        else:
-            groups.append([reduced, size])
-    outer_and_inner = [r for r, _ in groups] == [True, False, True]
-    if not any(r for r, _ in groups) or (len(groups) > 2 and not outer_and_inner):
-        return 0, 0
-    num_outputs = 1
-    inputs = 1
-    for reduced, size in groups:
-        if reduced:
-            inputs *= size
-        else:
-            num_outputs *= size
-    inner = groups[-1][0]  # reduction on the fastest-moving dimension
-    output_vec = 1
-    if inner:
-        dim0, dim1 = inputs, num_outputs
-        if dim0 > 128 and not outer_and_inner:
-            dim0 //= 4  # vectorize along input (input_vec_size = vt0 = 4), only with one reduced dimension
-    else:
-        output_vec = 4
-        for n in (storage_offset, num_outputs):
-            while n % output_vec:
-                output_vec //= 2
-        dim0, dim1 = num_outputs // output_vec, inputs
-    max_threads = 512 // output_vec
-    dim0_pow2 = _last_pow2(dim0) if dim0 < max_threads else max_threads
-    dim1_pow2 = _last_pow2(dim1) if dim1 < max_threads else max_threads
-    block_width = min(dim0_pow2, 32)
-    block_height = min(dim1_pow2, max_threads // block_width)
-    block_width = min(dim0_pow2, max_threads // block_height)
-    num_threads = block_width * block_height
-    step_input = step_output = 1
-    if inner:
-        step_input *= block_width
-    else:
-        step_output *= block_width
-    split_across_warps = -(-inputs // step_input) >= min(block_height * 16, 256)
-    if split_across_warps:
-        step_input *= block_height
-    else:
-        step_output *= block_height
-    target_grid = arch.sm_count * (arch.max_threads_per_sm // num_threads)
-    grid_x = -(-(num_outputs // output_vec) // step_output)
-    values_per_thread = -(-inputs // step_input)
-    if not (split_across_warps and values_per_thread >= 256 and grid_x <= target_grid):
-        return 0, 0
-    ctas = max(min(-(-target_grid // grid_x), -(-values_per_thread // 16)), -(-values_per_thread // 256))
-    if ctas <= 1:
-        return 0, 0
-    buffer_bytes = acc_bytes * num_outputs * ctas
-    if not inner:
-        buffer_bytes *= block_width * output_vec
-    return buffer_bytes, 4 * grid_x
+def cudnn_channels_last(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """``cudnn_conv_suggest_memory_format(input, weight) == ChannelsLast`` (``ConvUtils.h``): a 4-D, non-double
+    convolution whose input or weight is channels-last. ``select_conv_backend`` then takes cuDNN, depthwise
+    ones included (``use_cudnn_depthwise``), whose outputs and gradients are channels-last."""
+    return x.is_meta and x.dim() == 4 and torch.float64 not in (x.dtype, weight.dtype) and \
+        (_channels_last(x) or _channels_last(weight))
 
 
-def _reduction(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
-    """``sum`` / ``mean``: the reduction kernel's global-memory scratch (:func:`reduce_scratch_bytes`),
-    allocated after the output and freed (semaphores first) when the kernel returns."""
-    inp = args[0]
-    if not inp.is_contiguous() or inp.numel() == 0 or inp.is_complex():
-        return
-    dims = args[1] if len(args) > 1 else kwargs.get("dim")
-    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
-        reduce_dims = set(range(inp.dim()))
-    else:
-        dims = [dims] if isinstance(dims, int) else dims
-        reduce_dims = {d % max(inp.dim(), 1) for d in dims}
-    acc_bytes = 8 if inp.dtype in (torch.float64, torch.int64) or not inp.is_floating_point() else 4
-    buffer_bytes, semaphore_bytes = reduce_scratch_bytes(s.arch, tuple(inp.shape), reduce_dims,
-                                                         inp.element_size(), acc_bytes, inp.storage_offset())
-    if buffer_bytes:
-        name = func.__name__
-        ptr1, i1 = s.malloc(buffer_bytes, name, "workspaces")
-        ptr2, i2 = s.malloc(semaphore_bytes, name, "workspaces")
-        s.free(ptr2, i2, name)
-        s.free(ptr1, i1, name)
+def _channels_last_outputs(func: Any, args: tuple, kwargs: dict) -> Any:
+    """A convolution in channels-last returns channels-last outputs; NotImplemented where the meta kernel is right."""
+    if func is aten.convolution.default:
+        if kwargs or not cudnn_channels_last(args[0], args[1]):
+            return NotImplemented
+        return torch.empty_like(func(*args), memory_format=torch.channels_last)
+    if kwargs or not cudnn_channels_last(args[1], args[2]):
+        return NotImplemented
+    return tuple(g if g is None or g.dim() != 4 else torch.empty_like(g, memory_format=torch.channels_last)
+                 for g in func(*args))
 
 
-def _contiguous_copies(s: Any, tensors: tuple, op: str) -> list[tuple[int, int]]:
-    """``expect_contiguous()`` of each non-contiguous tensor: a contiguous copy the kernel reads, allocated
-    before its outputs and freed when it returns."""
-    return [s.malloc(t.numel() * t.element_size(), op, "temporaries") for t in tensors
-            if isinstance(t, torch.Tensor) and t.numel() and not t.is_contiguous()]
-
-
-def _track_outputs(s: Any, out: Any, op: str) -> None:
-    for t in out if isinstance(out, (tuple, list)) else (out,):
-        if isinstance(t, torch.Tensor) and t.is_meta:
-            s.track(t, op)
-
-
-def _layer_norm(s: Any, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
-    """``layer_norm_cuda`` / ``layer_norm_backward_cuda`` (``aten/src/ATen/native/cuda/layer_norm_kernel.cu``)
-    take ``expect_contiguous()`` of the input (and of the output gradient, in backward) before allocating
-    their outputs: a non-contiguous input (the residual sum after ``nn.MultiheadAttention`` with
-    ``batch_first``, which returns a transposed view) costs one input-sized copy while the kernel runs (the
-    H200 trace of torchvision's ViT-B/16: two 77,463,552 B allocations and the statistics per ``ln_2``)."""
-    name = func.__name__
-    inputs = (args[0],) if func is aten.native_layer_norm.default else (args[0], args[1])
-    copies = _contiguous_copies(s, inputs, name)
-    _track_outputs(s, out, name)
-    for ptr, index in reversed(copies):
-        s.free(ptr, index, name)
-
-
-TRACKS_OUTPUTS = frozenset({aten.convolution_backward.default, aten.native_layer_norm.default,
-                            aten.native_layer_norm_backward.default})
-"""Rules that account the op's outputs themselves (to interleave them with workspaces as the kernel does)."""
-
-RULES: dict[Any, Any] = {
-    aten.convolution.default: _conv_forward,
-    aten.convolution_backward.default: _conv_backward,
-    **dict.fromkeys([aten.mm.default, aten.bmm.default, aten.baddbmm.default, aten.addbmm.default,
-                     aten.addmv.default, aten.mv.default, aten.dot.default, aten.vdot.default,
-                     aten._addmm_activation.default], _cublas),
-    aten.addmm.default: _addmm,
-    aten.native_layer_norm.default: _layer_norm,
-    aten.native_layer_norm_backward.default: _layer_norm,
-    aten._scaled_dot_product_flash_attention_backward.default: _flash_backward,
-    aten._scaled_dot_product_efficient_attention_backward.default: _efficient_backward,
-    **dict.fromkeys([aten.sum.dim_IntList, aten.sum.default, aten.mean.dim, aten.mean.default], _reduction),
-}
-"""aten op → ``rule(session, op, args, kwargs, outputs)`` adding the op's library allocations."""
-
-
-def choose_sdpa_backend(arch: GpuArch, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any,
-                        dropout_p: float, enable_gqa: bool) -> str:
-    """``"flash"``, ``"efficient"`` or ``"math"``: the first backend whose constraints the inputs meet,
-    in torch's default priority order (flash, memory-efficient, math), honouring
-    ``torch.backends.cuda.enable_*_sdp``. Constraints (``sdp_utils.cpp``): flash needs sm80+, fp16/bf16,
-    no attention mask, head dim ≤ 256, 4-D inputs; memory-efficient needs sm50+, fp32/fp16 (bf16 on sm80+),
-    head dim a multiple of 8 for fp16/bf16 (4 for fp32)."""
-    b = torch.backends.cuda
-    head = q.size(-1)
-    same_heads = q.size(-1) == k.size(-1) == v.size(-1)
-    four_d = q.dim() == k.dim() == v.dim() == 4
-    if (b.flash_sdp_enabled() and arch.supports_flash_attention and q.dtype in (torch.float16, torch.bfloat16)
-            and mask is None and head <= 256 and four_d and same_heads and not enable_gqa):
-        return "flash"
-    align = 4 if q.dtype is torch.float32 else 8
-    dtype_ok = q.dtype in (torch.float32, torch.float16) or (q.dtype is torch.bfloat16 and arch.supports_bf16)
-    if b.mem_efficient_sdp_enabled() and dtype_ok and head % align == 0 and four_d and not enable_gqa:
-        return "efficient"
-    return "math"
+RULES = (
+    Rule("cuDNN convolution workspaces", "cudnn_conv", "allocates", (aten.convolution.default,), _conv_forward,
+         "measured", "aten/src/ATen/native/cudnn/Conv_v8.cpp (try_plans); cuDNN's heuristics", EVIDENCE,
+         doc=conv_workspace_bytes.__doc__ or ""),
+    Rule("cuDNN convolution workspaces", "cudnn_conv", "allocates", (aten.convolution_backward.default,),
+         _conv_backward, "measured", "aten/src/ATen/native/Convolution.cpp (convolution_backward); Conv_v8.cpp",
+         EVIDENCE, tracks_outputs=True, doc=_conv_backward.__doc__ or ""),
+    Rule("channels-last convolution outputs", "cudnn_conv", "outputs",
+         (aten.convolution.default, aten.convolution_backward.default), _channels_last_outputs, "source",
+         "aten/src/ATen/native/ConvUtils.h (cudnn_conv_suggest_memory_format)", doc=cudnn_channels_last.__doc__ or ""),
+)

@@ -1,18 +1,10 @@
-"""What the predictor knows about each target GPU: compute capability and library workspaces.
+"""The target GPUs as the predictor sees them: architecture, and the hardware figures the rules read.
 
-This is data, one row per architecture, with where each figure comes from. The predictor never keys a
-rule on a test case; it looks up the target's architecture here.
+This is data, one row per preset. What the libraries do on each architecture is in
+:mod:`memviz.predictor.rules`, keyed by :attr:`GpuArch.key`; a rule measured on one architecture and applied to
+another says so in the prediction's notes.
 
-- ``cublas_workspace_bytes``: cuBLAS keeps one workspace per (handle, stream), and torch keeps one handle
-  per thread: the first cuBLAS call on the main thread and the first in autograd's backward thread each
-  allocate one and keep it until ``torch._C._cuda_clearCublasWorkspaces()``. Size: torch's default
-  ``CUBLAS_WORKSPACE_CONFIG`` (``aten/src/ATen/cuda/CublasHandlePool.cpp``): ``:4096:8`` = 32 MiB on
-  compute capability 9.0 and above, ``:4096:2:16:8`` = 8 MiB + 128 KiB below. Measured on the H200
-  (torch 2.11, ``evaluation/recordings/h200_probe.json.gz``, ``blas``): the first fp32 ``mm`` on a thread keeps
-  33,554,432 bytes.
-- ``cublaslt_workspace_bytes``: the first ``addmm`` with a bias (cuBLASLt's bias epilogue,
-  ``gemm_and_bias``) on a thread keeps a cuBLASLt workspace, ``CUBLASLT_WORKSPACE_SIZE`` = 1024 KiB by
-  default. Measured on the H200: 1,048,576 bytes kept.
+- ``key``: the architecture as the rules name it, ``"sm"`` + the compute capability (``"sm90"``).
 - ``sm_count``, ``max_threads_per_sm``: ``multiProcessorCount`` and ``maxThreadsPerMultiProcessor`` of the
   device properties (NVIDIA's specifications: T4 40/1024, L4 58/1536, A100 108/2048, H100 and H200 SXM
   132/2048); torch's reduction kernels size their global-memory scratch from them (``Reduce.cuh``).
@@ -29,23 +21,31 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memviz.devices import PRESETS, SimulatedDevice, simulated_device
-from memviz.sim.constants import MiB
 
 __all__ = ["ARCHS", "GpuArch", "arch_for"]
 
 
-
 @dataclass(frozen=True)
 class GpuArch:
-    """One GPU architecture as the libraries see it (sizes in bytes)."""
+    """One GPU architecture as the libraries see it.
+
+    Attributes:
+        name: ``"Hopper (sm90)"``.
+        capability: the compute capability, ``(9, 0)``.
+        context_bytes: bytes the CUDA context holds outside the allocator.
+        sm_count / max_threads_per_sm: the device properties of those names.
+    """
 
     name: str
     capability: tuple[int, int]
-    cublas_workspace_bytes: int
-    cublaslt_workspace_bytes: int = 1 * MiB
     context_bytes: int = 552_402_944
     sm_count: int = 132
     max_threads_per_sm: int = 2048
+
+    @property
+    def key(self) -> str:
+        """``"sm"`` + the compute capability: how rules name an architecture (``"sm90"``)."""
+        return f"sm{self.capability[0]}{self.capability[1]}"
 
     @property
     def supports_flash_attention(self) -> bool:
@@ -58,16 +58,13 @@ class GpuArch:
         return self.capability >= (8, 0)
 
 
-_PRE_HOPPER_CUBLAS = 4096 * 1024 * 2 + 16 * 1024 * 8  # ":4096:2:16:8"
-_HOPPER_CUBLAS = 4096 * 1024 * 8  # ":4096:8"
-
 ARCHS: dict[str, GpuArch] = {
-    "T4": GpuArch("Turing (sm75)", (7, 5), _PRE_HOPPER_CUBLAS, sm_count=40, max_threads_per_sm=1024),
-    "L4": GpuArch("Ada (sm89)", (8, 9), _PRE_HOPPER_CUBLAS, sm_count=58, max_threads_per_sm=1536),
-    "A100-40GB": GpuArch("Ampere (sm80)", (8, 0), _PRE_HOPPER_CUBLAS, sm_count=108),
-    "A100-80GB": GpuArch("Ampere (sm80)", (8, 0), _PRE_HOPPER_CUBLAS, sm_count=108),
-    "H100": GpuArch("Hopper (sm90)", (9, 0), _HOPPER_CUBLAS),
-    "H200": GpuArch("Hopper (sm90)", (9, 0), _HOPPER_CUBLAS),
+    "T4": GpuArch("Turing (sm75)", (7, 5), sm_count=40, max_threads_per_sm=1024),
+    "L4": GpuArch("Ada (sm89)", (8, 9), sm_count=58, max_threads_per_sm=1536),
+    "A100-40GB": GpuArch("Ampere (sm80)", (8, 0), sm_count=108),
+    "A100-80GB": GpuArch("Ampere (sm80)", (8, 0), sm_count=108),
+    "H100": GpuArch("Hopper (sm90)", (9, 0)),
+    "H200": GpuArch("Hopper (sm90)", (9, 0)),
 }
 """Architecture per preset of :data:`memviz.devices.PRESETS`; a custom size is taken as a Hopper."""
 

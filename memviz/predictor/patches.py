@@ -1,0 +1,223 @@
+"""Every torch attribute a prediction replaces while it runs, in one table, with the torch versions it was verified on.
+
+Modes and dispatch keys cover most of what the tracer does; these few functions of torch's decide things from the
+device type (``"meta"`` is not ``"cuda"``) or touch the CUDA runtime, so for the length of one prediction they are
+replaced, and put back afterwards whatever happens (:func:`applied`). Each :class:`Patch` names its targets
+(``module:attribute``) and says why; ``VERIFIED`` lists the torch builds the whole test suite ran on with them.
+:func:`check_torch` refuses a torch older than :data:`TORCH_FLOOR`, the oldest version the patches, the dispatch
+keys and the private APIs the tracer uses were checked on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from memviz.errors import InputError
+
+from .cuda_shim import cuda_modules, cuda_replacements
+from .redirect import is_cuda
+from .session import Session
+
+__all__ = ["PATCHES", "TORCH_FLOOR", "VERIFIED", "Patch", "applied", "check_torch"]
+
+VERIFIED = ("2.11.0+cu130 (on an H200)", "2.13.0+cpu", "2.14.1+cu130 (no GPU)")
+"""The torch builds every patch was verified on: the predictor's tests passed there."""
+
+TORCH_FLOOR = (2, 11)
+"""The oldest torch the predictor runs on: the oldest of :data:`VERIFIED`."""
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One replacement of torch attributes for the length of a prediction.
+
+    Attributes:
+        name: what it makes true, in a few words.
+        why: the torch behaviour that needs it.
+        make: ``make(session, original)`` → ``{"module:attribute": replacement}``; ``original(target)`` is the
+            attribute as torch has it.
+        verified: the torch builds it was verified on.
+    """
+
+    name: str
+    why: str
+    make: Callable[[Session, Callable[[str], Any]], dict[str, Any]]
+    verified: tuple[str, ...] = VERIFIED
+
+
+def _resolve(target: str) -> tuple[Any, str]:
+    module_name, _, attribute = target.partition(":")
+    obj: Any = importlib.import_module(module_name.split(".", 1)[0])
+    for part in module_name.split(".")[1:]:
+        obj = getattr(obj, part, None) or importlib.import_module(f"{obj.__name__}.{part}")
+    return obj, attribute
+
+
+def _original(target: str) -> Any:
+    obj, attribute = _resolve(target)
+    return getattr(obj, attribute)
+
+
+def _foreach_defaults(session: Session, original: Callable[[str], Any]) -> dict[str, Any]:
+    foreach = original("torch.utils._foreach_utils:_get_foreach_kernels_supported_devices")
+    fused = original("torch.utils._foreach_utils:_get_fused_kernels_supported_devices")
+
+    def foreach_devices() -> list[str]:
+        return [*foreach(), "meta"]
+
+    def fused_devices() -> list[str]:
+        return [*fused(), "meta"]
+
+    return {"torch.utils._foreach_utils:_get_foreach_kernels_supported_devices": foreach_devices,
+            "torch.utils._foreach_utils:_get_fused_kernels_supported_devices": fused_devices,
+            "torch.optim.optimizer:_get_foreach_kernels_supported_devices": foreach_devices,
+            "torch.optim.optimizer:_get_fused_kernels_supported_devices": fused_devices}
+
+
+def _checkpoint_device(session: Session, original: Callable[[str], Any]) -> dict[str, Any]:
+    infer = original("torch.utils.checkpoint:_infer_device_type")
+
+    def infer_device_type(*args: Any) -> str:
+        device = infer(*args)
+        return "cuda" if device == "meta" else device
+
+    return {"torch.utils.checkpoint:_infer_device_type": infer_device_type}
+
+
+def _autocast_cache(session: Session, original: Callable[[str], Any]) -> dict[str, Any]:
+    clear = original("torch:clear_autocast_cache")
+
+    def clear_autocast_cache() -> None:
+        session.emulation.clear_cache()
+        clear()
+
+    return {"torch:clear_autocast_cache": clear_autocast_cache}
+
+
+def _default_device(session: Session, original: Callable[[str], Any]) -> dict[str, Any]:
+    set_default, get_default = original("torch:set_default_device"), original("torch:get_default_device")
+
+    def set_default_device(device: Any) -> None:
+        session.default_cuda = device is not None and is_cuda(device)
+        if not session.default_cuda:
+            set_default(device)
+
+    def get_default_device() -> torch.device:
+        return torch.device("cuda", 0) if session.default_cuda else get_default()
+
+    return {"torch:set_default_device": set_default_device, "torch:get_default_device": get_default_device}
+
+
+def _compile_eagerly(session: Session, original: Callable[[str], Any]) -> dict[str, Any]:
+    def compile_eagerly(model: Any = None, **kwargs: Any) -> Any:
+        session.note("torch.compile: predicted as eager PyTorch (compiled kernels fuse, and may hold less)")
+        return model if model is not None else (lambda fn: fn)
+
+    return {"torch:compile": compile_eagerly}
+
+
+def _data_parallel(session: Session, original: Callable[[str], Any]) -> dict[str, Any]:
+    def data_parallel_forward(self: torch.nn.DataParallel, *inputs: Any, **kwargs: Any) -> Any:
+        return self.module(*inputs, **kwargs)
+
+    return {"torch.nn.DataParallel:forward": data_parallel_forward}
+
+
+def _transformer_masks(session: Session, original: Callable[[str], Any]) -> dict[str, Any]:
+    generate = original("torch.nn.modules.transformer:_generate_square_subsequent_mask")
+    detect = original("torch.nn.modules.transformer:_detect_is_causal_mask")
+
+    def generate_square_subsequent_mask(sz: int, device: Any = None, dtype: Any = None) -> torch.Tensor:
+        mask = generate(sz, device=device, dtype=dtype)
+        if mask.is_meta:
+            with session.on_host():
+                session.remember_values(mask, generate(sz, device="cpu", dtype=dtype))
+        return mask
+
+    def detect_is_causal_mask(mask: Any, is_causal: Any = None, size: Any = None) -> bool:
+        if is_causal is None and isinstance(mask, torch.Tensor) and mask.is_meta:
+            host = session.values_of(mask)
+            if host is None:
+                session.note("nn.Transformer: a mask of unknown values was taken as not causal (pass "
+                             "is_causal=True / tgt_is_causal=True when it is)")
+                return False
+            with session.on_host():
+                return detect(host, is_causal, size)
+        return detect(mask, is_causal, size)
+
+    return {"torch.nn.modules.transformer:_generate_square_subsequent_mask": generate_square_subsequent_mask,
+            "torch.nn.modules.transformer:_detect_is_causal_mask": detect_is_causal_mask}
+
+
+def _cuda_runtime(session: Session, original: Callable[[str], Any]) -> dict[str, Any]:
+    replacements = cuda_replacements(session)
+    return {f"{module.__name__}:{name}": value for name, value in replacements.items() for module in cuda_modules()
+            if name in vars(module)}
+
+
+PATCHES: tuple[Patch, ...] = (
+    Patch("torch.cuda answers for the simulated GPU",
+          "a CPU-only torch has no CUDA runtime and a CUDA torch must not touch the real one: availability, device "
+          "queries, RNG, streams, events and the memory queries (which read the simulator), in torch.cuda, "
+          "torch.cuda.memory and torch.accelerator (memviz.predictor.cuda_shim)", _cuda_runtime),
+    Patch("the optimizers' foreach and fused defaults as on CUDA",
+          "torch.optim picks foreach / fused kernels by the parameters' device type: meta tensors stand for CUDA ones",
+          _foreach_defaults),
+    Patch("checkpoint recomputes under CUDA's autocast state",
+          "torch.utils.checkpoint saves and restores the autocast state of the inputs' device type",
+          _checkpoint_device),
+    Patch("torch.clear_autocast_cache clears the emulated cache",
+          "the outermost autocast region's end clears the cast cache (memviz.predictor.autocast)", _autocast_cache),
+    Patch("torch.set_default_device('cuda') lands factories on the device",
+          "torch's default-device mode would make real CUDA tensors", _default_device),
+    Patch("torch.compile runs eagerly (with a note)", "compiled kernels cannot be traced on meta tensors",
+          _compile_eagerly),
+    Patch("DataParallel on one GPU runs its module",
+          "with one device id torch runs the module on the inputs; its scatter needs the CUDA runtime",
+          _data_parallel),
+    Patch("nn.Transformer's causal-mask detection reads known host values",
+          "nn.Transformer* compare a mask with a causal one when not told (is_causal=None): on the host copy of "
+          "its values where they are known (a mask torch built, or moved from the host), else not causal, noted",
+          _transformer_masks),
+)
+"""Every patch, applied in this order and put back in the reverse order."""
+
+
+@contextlib.contextmanager
+def applied(session: Session) -> Iterator[None]:
+    """Apply every patch of :data:`PATCHES` for the block; put every attribute back after it, whatever happens."""
+    saved: list[tuple[Any, str, Any]] = []
+    try:
+        for patch in PATCHES:
+            for target, value in patch.make(session, _original).items():
+                obj, attribute = _resolve(target)
+                saved.append((obj, attribute, getattr(obj, attribute)))
+                setattr(obj, attribute, value)
+        yield
+    finally:
+        for obj, attribute, value in reversed(saved):
+            setattr(obj, attribute, value)
+
+
+def check_torch(version: str | None = None) -> None:
+    """Refuse a torch older than :data:`TORCH_FLOOR` (``version``: default the installed one).
+
+    Raises:
+        InputError: the torch is older; the message says which versions are supported.
+    """
+    version = version or torch.__version__
+    try:
+        major, minor = (int(part) for part in version.split("+")[0].split(".")[:2])
+    except ValueError:
+        raise InputError(f"memviz.predict: cannot read the torch version {version!r}") from None
+    if (major, minor) < TORCH_FLOOR:
+        floor = ".".join(map(str, TORCH_FLOOR))
+        raise InputError(f"memviz.predict needs torch >= {floor} (verified on {', '.join(VERIFIED)}); this is "
+                         f"torch {version}. Upgrade torch, or predict where a newer torch is installed: the "
+                         "prediction needs no GPU.")

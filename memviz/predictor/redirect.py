@@ -1,0 +1,247 @@
+"""Requests for the GPU become meta tensors; calls on GPU tensors are marked as device work.
+
+A ``TorchFunctionMode`` (:class:`Redirect`) sees every torch function the program calls: ``device="cuda"``,
+``.cuda()``, ``.to("cuda")`` and the factories under ``torch.set_default_device("cuda")`` make meta tensors whose
+storages the session accounts as device memory; calls that touch device tensors run "on the device" (their new
+storages are allocations); a device tensor says it is on ``cuda:0``; reads of its values are refused
+(:class:`memviz.errors.DataDependentError`) unless torch's own code asks (the rules' ``host_reads``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._device import _device_constructors
+
+from memviz.errors import DataDependentError
+
+from .session import OWN_DIR, TORCH_DIR, Session
+
+__all__ = ["Redirect", "is_cuda"]
+
+def is_cuda(dev: Any) -> bool:
+    if isinstance(dev, str):
+        return dev.startswith("cuda")
+    if isinstance(dev, torch.device):
+        return dev.type == "cuda"
+    return isinstance(dev, int) and not isinstance(dev, bool)
+
+
+def _is_cpu(dev: Any) -> bool:
+    return (isinstance(dev, str) and dev.startswith("cpu")) or (isinstance(dev, torch.device) and dev.type == "cpu")
+
+
+class Redirect(TorchFunctionMode):
+    """Requests for the GPU become meta tensors; calls on GPU tensors are marked as device work."""
+
+    def __init__(self, session: Session) -> None:
+        super().__init__()
+        self.session = session
+        self._unmodelled = session.rules.unmodelled
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        s = self.session
+        kwargs = kwargs or {}
+        special = _SPECIAL.get(func)
+        if special is not None:
+            return special(s, func, args, kwargs)
+        unmodelled = self._unmodelled.get(getattr(func, "__name__", None))
+        if unmodelled is not None and s.any_device(args, kwargs):
+            s.note(unmodelled)
+        device = kwargs.get("device")
+        if device is None and s.default_cuda and func in _FACTORIES:
+            device = "cuda"
+        if device is not None and is_cuda(device):
+            kwargs["device"] = "meta"
+            with s.on_device():
+                return func(*args, **kwargs)
+        if s.any_device(args, kwargs):
+            with s.on_device():
+                return func(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+def _to_device(s: Session, t: torch.Tensor, call: Callable[..., torch.Tensor], *args: Any,
+               **kwargs: Any) -> torch.Tensor:
+    if t.is_meta and not s.is_device(t):
+        kwargs["copy"] = True  # a host meta tensor: the copy is the device allocation
+    with s.on_device():
+        out = call(t, *args, **kwargs)
+    if isinstance(t, torch.nn.Parameter):
+        s.tag(out, "parameters")
+    elif not t.is_meta and t.device.type == "cpu" and t.numel() <= _KNOWN_VALUES_NUMEL and out is not t:
+        s.remember_values(out, t)
+    return out
+
+
+_KNOWN_VALUES_NUMEL = 1 << 20
+"""Host tensors up to this many elements keep their values for torch's decisions on the device copy (a
+``tgt_mask`` built on the host and moved: 4 MiB of host memory at most each, while the copy lives)."""
+
+
+def _tensor_cuda(s: Session, func: Any, args: tuple, kwargs: dict) -> torch.Tensor:
+    t = args[0]
+    if s.is_device(t):
+        return t
+    memory_format = kwargs.get("memory_format", torch.preserve_format)
+    return _to_device(s, t, torch.Tensor.to, "meta", memory_format=memory_format)
+
+
+def _tensor_to(s: Session, func: Any, args: tuple, kwargs: dict) -> torch.Tensor:
+    t, rest = args[0], list(args[1:])
+    target = None
+    for i, a in enumerate(rest):
+        if isinstance(a, torch.dtype):
+            continue
+        if is_cuda(a):
+            rest[i], target = "meta", "cuda"
+        elif _is_cpu(a):
+            target = "cpu"
+        elif isinstance(a, torch.Tensor):
+            target = "cuda" if s.is_device(a) else ("cpu" if a.device.type == "cpu" else None)
+    if "device" in kwargs:
+        if is_cuda(kwargs["device"]):
+            kwargs["device"], target = "meta", "cuda"
+        elif _is_cpu(kwargs["device"]):
+            target = "cpu"
+    if target == "cuda":
+        return _to_device(s, t, func, *rest, **kwargs)
+    if target == "cpu" and s.is_device(t):
+        return _to_host(s, t, next((a for a in (*rest, kwargs.get("dtype")) if isinstance(a, torch.dtype)), None))
+    if s.is_device(t):
+        with s.on_device():
+            return func(t, *rest, **kwargs)
+    return func(t, *rest, **kwargs)
+
+
+def _to_host(s: Session, t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``.cpu()`` of a device tensor: a host copy, no device memory (its values are not known)."""
+    with s.on_host():
+        return torch.empty_like(t, dtype=dtype or t.dtype, device="meta")
+
+
+def _tensor_cpu(s: Session, func: Any, args: tuple, kwargs: dict) -> torch.Tensor:
+    t = args[0]
+    return _to_host(s, t) if s.is_device(t) else func(*args, **kwargs)
+
+
+def _tensor_backward(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
+    previous = s.phase
+    s.set_phase("backward")
+    try:
+        with s.on_device():
+            return func(*args, **kwargs)
+    finally:
+        for module in s.modules.values():
+            for p in module.parameters(recurse=False):
+                s.tag(p.grad, "gradients")
+        s.set_phase("other" if previous == "forward" else previous)
+
+
+def _linear(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
+    """``F.linear``. ``at::linear`` takes ``addmm`` for a 2-D input and a flattened ``addmm`` for a contiguous
+    one; otherwise (a transposed input, as ``nn.MultiheadAttention`` with ``batch_first`` makes) it runs
+    ``matmul`` and adds the bias in place — but out of place whenever a dispatch mode is active (it takes the
+    mode for a tensor subclass), one output-sized temporary the GPU never allocates. Done here as on the GPU
+    (under autocast the bias is added in its own dtype, without autocast's cast copy of a few KiB)."""
+    inp, weight = args[0], args[1]
+    bias = args[2] if len(args) > 2 else kwargs.get("bias")
+    if not s.any_device(args, kwargs):
+        return func(*args, **kwargs)
+    with s.on_device():
+        if bias is None or inp.dim() == 2 or inp.is_contiguous():
+            return func(*args, **kwargs)
+        return torch.matmul(inp, weight.t()).add_(bias)
+
+
+_CUDA0 = torch.device("cuda", 0)
+
+
+def _tensor_device(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
+    """``t.device`` of a device tensor is ``cuda:0``, as on the GPU: ``torch.arange(n, device=x.device)``,
+    ``device = next(model.parameters()).device`` and ``torch.autocast(x.device.type)`` land on the device.
+    torch's pickling (``torch.save``, ``Tensor.__reduce_ex__``) sees ``meta``: it saves no values."""
+    if not s.is_device(args[0]):
+        return func(*args, **kwargs)
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith(OWN_DIR):
+        f = f.f_back
+    if f is not None and f.f_code.co_filename in _SEES_META:
+        return func(*args, **kwargs)
+    return _CUDA0
+
+
+_SEES_META = {os.path.join(TORCH_DIR, "serialization.py"), os.path.join(TORCH_DIR, "_tensor.py")}
+"""Where a device tensor's ``.device`` stays ``meta``: torch's serialization and ``Tensor``'s pickling and
+deep copy (which copy meta tensors with ``clone``, on the device, instead of reading their storage)."""
+
+
+def _tensor_is_cuda(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
+    return True if s.is_device(args[0]) else func(*args, **kwargs)
+
+
+def _tensor_get_device(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
+    return 0 if s.is_device(args[0]) else func(*args, **kwargs)
+
+
+def _pass_through(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
+    return args[0]
+
+
+def _data_dependent(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
+    t = args[0]
+    if isinstance(t, torch.Tensor) and t.is_meta:
+        frame = _torch_caller()
+        if frame is not None:
+            rel = os.path.relpath(frame.f_code.co_filename, TORCH_DIR).replace(os.sep, "/")
+            answer = s.rules.host_reads.get((rel, frame.f_code.co_name, func.__name__))
+            if answer is not None:
+                return answer(frame)
+        raise DataDependentError(f"Tensor.{func.__name__}", s.user_line())
+    return func(*args, **kwargs)
+
+
+_PLUMBING = {os.path.join(TORCH_DIR, *name.split("/")) for name in ("overrides.py", "_tensor.py", "utils/_device.py")}
+
+
+def _torch_caller() -> Any:
+    """The frame of torch's code that asked for the value (a generator expression's enclosing function), or None
+    if the first frame outside memviz and torch's dispatch plumbing is the user's."""
+    f = sys._getframe(2)
+    while f is not None:
+        name = f.f_code.co_filename
+        if name.startswith(OWN_DIR) or name.startswith("<frozen") or name in _PLUMBING \
+                or (name.startswith(TORCH_DIR) and f.f_code.co_name.startswith("<")):
+            f = f.f_back
+            continue
+        return f if name.startswith(TORCH_DIR) else None
+    return None
+
+
+_FACTORIES = frozenset(_device_constructors())
+"""The functions ``torch.set_default_device`` applies to (``torch.utils._device``)."""
+
+_SPECIAL: dict[Any, Callable[[Session, Any, tuple, dict], Any]] = {
+    torch.Tensor.cuda: _tensor_cuda,
+    torch.Tensor.to: _tensor_to,
+    torch.Tensor.cpu: _tensor_cpu,
+    torch.Tensor.backward: _tensor_backward,
+    torch.autograd.backward: _tensor_backward,
+    torch.autograd.grad: _tensor_backward,
+    torch.nn.functional.linear: _linear,
+    torch.Tensor.pin_memory: _pass_through,
+    torch.Tensor.device.__get__: _tensor_device,
+    torch.Tensor.is_cuda.__get__: _tensor_is_cuda,
+    torch.Tensor.get_device: _tensor_get_device,
+    torch.Tensor.numpy: _data_dependent,
+    torch.Tensor.tolist: _data_dependent,
+    torch.Tensor.item: _data_dependent,
+    torch.Tensor.__bool__: _data_dependent,
+    torch.Tensor.__float__: _data_dependent,
+    torch.Tensor.__int__: _data_dependent,
+}

@@ -1,0 +1,102 @@
+"""Scaled dot-product attention: which kernel the target runs, and what its backward pass allocates.
+
+- The backend as ``sdp_utils.cpp`` picks it for the target GPU (:func:`choose_sdpa_backend`).
+- Flash attention's backward (``mha_bwd``) holds ``softmax_d`` (B·H·round128(L) fp32) and ``dq_accum``
+  (B·round128(L)·H·round32(D) fp32) while it runs; memory-efficient attention's backward in fp16/bf16 its
+  fp32 grad_q accumulator (:func:`_efficient_backward`).
+
+On the H200, torch 2.11's SDPA ran what looks like cuDNN attention where flash is chosen here: the same output,
+log-sum-exp and backward bytes, not its few-byte side tensors (docs/predict.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..device import DeviceMemory
+from ..gpus import GpuArch
+from . import Measurement, Rule
+
+__all__ = ["RULES", "choose_sdpa_backend"]
+
+aten = torch.ops.aten
+
+
+def _round(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def _flash_backward(memory: DeviceMemory, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+    q = args[1]  # (grad_out, query, key, value, out, logsumexp, ...): query is (B, H, L, D)
+    b, h, length, d = q.shape
+    lq = _round(length, 128)
+    name = func.__name__
+    softmax_d = memory.malloc(b * h * lq * 4, name, "workspaces")
+    memory.free(memory.malloc(b * lq * h * _round(d, 32) * 4, name, "workspaces"), name)
+    memory.free(softmax_d, name)
+
+
+def _efficient_backward(memory: DeviceMemory, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+    """Memory-efficient attention's backward (``_efficient_attention_backward``, attention_backward.cu), after
+    its gradients: ``delta`` (B·H·M fp32), which the fp16/bf16 kernels compute themselves
+    (``kKernelComputesDelta``) and fp32 takes from ``(grad_out.float() * out.float()).sum(-1)`` (the product
+    and the sum are temporaries), then the kernel's workspace, B·H·``workspace_strideBH`` floats: with grad_q
+    accumulated in global memory, ceil(M/64)·ceil(D/64) tiles of 64×64 floats and a 16-byte lock
+    (``GradQTempStorage``). Measured for fp32: gpt-b8-fp32 (B 8, H 12, M 512, D 64) asks 12,582,912 B,
+    196,608 B, 196,608 B, then 12,595,200 B, as here; fp16/bf16 from the source, not measured."""
+    q = args[1]
+    if q.dim() != 4:
+        return
+    b, h, length, d = q.shape
+    name = func.__name__
+    if q.dtype is torch.float32:
+        product = memory.malloc(b * h * length * d * 4, name, "workspaces")
+        summed = memory.malloc(b * h * length * 4, name, "workspaces")
+        delta = memory.malloc(b * h * length * 4, name, "workspaces")
+        memory.free(summed, name)
+        memory.free(product, name)
+    else:
+        delta = memory.malloc(b * h * length * 4, name, "workspaces")
+    tiles = -(-length // 64) * -(-d // 64)
+    workspace = memory.malloc(b * h * _round(tiles * (64 * 64 + 4), 4) * 4, name, "workspaces")
+    memory.free(delta, name)  # a local of the kernel launch; the workspace lives to the end of the function
+    memory.free(workspace, name)
+
+
+def choose_sdpa_backend(arch: GpuArch, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any,
+                        dropout_p: float, enable_gqa: bool) -> str:
+    """``"flash"``, ``"efficient"`` or ``"math"``: the first backend whose constraints the inputs meet,
+    in torch's default priority order (flash, memory-efficient, math), honouring
+    ``torch.backends.cuda.enable_*_sdp``. Constraints (``sdp_utils.cpp``): flash needs sm80+, fp16/bf16,
+    no attention mask, head dim ≤ 256, 4-D inputs; memory-efficient needs sm50+, fp32/fp16 (bf16 on sm80+),
+    head dim a multiple of 8 for fp16/bf16 (4 for fp32)."""
+    b = torch.backends.cuda
+    head = q.size(-1)
+    same_heads = q.size(-1) == k.size(-1) == v.size(-1)
+    four_d = q.dim() == k.dim() == v.dim() == 4
+    if (b.flash_sdp_enabled() and arch.supports_flash_attention and q.dtype in (torch.float16, torch.bfloat16)
+            and mask is None and head <= 256 and four_d and same_heads and not enable_gqa):
+        return "flash"
+    align = 4 if q.dtype is torch.float32 else 8
+    dtype_ok = q.dtype in (torch.float32, torch.float16) or (q.dtype is torch.bfloat16 and arch.supports_bf16)
+    if b.mem_efficient_sdp_enabled() and dtype_ok and head % align == 0 and four_d and not enable_gqa:
+        return "efficient"
+    return "math"
+
+
+
+RULES = (
+    Rule("SDPA backend choice", "attention", "choice", (), choose_sdpa_backend, "source",
+         "aten/src/ATen/native/transformers/cuda/sdp_utils.cpp (select_sdp_backend)", doc=choose_sdpa_backend.__doc__
+         or ""),
+    Rule("flash attention backward workspaces", "attention", "allocates",
+         (aten._scaled_dot_product_flash_attention_backward.default,), _flash_backward, "source",
+         "aten/src/ATen/native/transformers/cuda/flash_attn/flash_api.cpp (mha_bwd)"),
+    Rule("memory-efficient attention backward workspaces", "attention", "allocates",
+         (aten._scaled_dot_product_efficient_attention_backward.default,), _efficient_backward, "source",
+         "aten/src/ATen/native/transformers/cuda/attention_backward.cu (_efficient_attention_backward)",
+         (Measurement("sm90", "H200", "torch 2.11.0+cu130", "evaluation/recordings/h200/gpt-b8-fp32 (fp32 only)"),),
+         doc=_efficient_backward.__doc__ or ""),
+)
