@@ -146,7 +146,8 @@ def summarize(rows: list[RunRow], searches: list[MaxBatchRow]) -> dict[str, floa
 
 
 def markdown(rows: list[RunRow], searches: list[MaxBatchRow]) -> str:
-    """The tables of docs/predict.md."""
+    """The tables of docs/predict.md: every run and search, then the figures per standing (fitted, blind,
+    refined-after: :mod:`evaluation.standing`)."""
     lines = ["| run | cap | config | real fits | predicted | peak allocated MiB (real) | error | "
              "peak reserved MiB (real) | error | seconds |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -159,9 +160,11 @@ def markdown(rows: list[RunRow], searches: list[MaxBatchRow]) -> str:
         lines += ["", "| search | real largest batch | predicted | error | seconds |", "|---|---|---|---|---|"]
         for s in searches:
             lines.append(f"| {s.search_id} | {s.real} | {s.predicted} | {_pct(s.error)} | {s.seconds:.0f} |")
-    groups = {"all": (rows, searches),
-              "fitted": ([r for r in rows if not _held(r.run_id)], [s for s in searches if not _held(s.search_id)]),
-              "held-out": ([r for r in rows if _held(r.run_id)], [s for s in searches if _held(s.search_id)])}
+    standing = _standings()
+    groups = {"all": (rows, searches)}
+    for name in ("fitted", "blind", "refined-after"):
+        groups[name] = ([r for r in rows if standing.get(r.run_id) == name],
+                        [s for s in searches if standing.get(s.search_id) == name])
     groups = {k: v for k, v in groups.items() if v[0]}
     figures = {k: summarize(*v) for k, v in groups.items()}
     lines += ["", "| figure | " + " | ".join(figures) + " |", "|---" * (len(figures) + 1) + "|"]
@@ -174,6 +177,13 @@ def markdown(rows: list[RunRow], searches: list[MaxBatchRow]) -> str:
 
 def _held(run_id: str) -> bool:
     return run_id.startswith(HELDOUT_PREFIX)
+
+
+def _standings() -> dict[str, str]:
+    """Run or search id → fitted / blind / refined-after (:mod:`evaluation.standing`)."""
+    from .standing import load
+
+    return load()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -79,6 +79,7 @@ def cuda_replacements(session: Any) -> dict[str, Any]:
     return {
         "is_available": lambda: True,
         "is_initialized": lambda: True,
+        "is_current_stream_capturing": lambda: False,
         "init": nothing,
         "device_count": lambda: 1,
         "current_device": lambda: 0,
