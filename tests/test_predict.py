@@ -76,25 +76,9 @@ def test_nothing_global_is_left_changed() -> None:
         assert torch.mm(torch.ones(2, 2), torch.ones(2, 2)).dtype == torch.bfloat16
 
 
-def test_item_is_a_data_dependent_error_naming_the_line() -> None:
-    def logs() -> None:
-        loss = torch.ones(3, device="cuda").sum()
-        print(loss.item())
-
-    with pytest.raises(memviz.DataDependentError, match=r"test_predict.py:\d+"):
-        memviz.predict(logs)
-
-
-def test_nonzero_is_a_data_dependent_error_and_predicting_is_true_inside() -> None:
+def test_predicting_is_true_inside() -> None:
     seen = []
-
-    def prog() -> None:
-        seen.append(memviz.predicting())
-        x = torch.randn(8, device="cuda")
-        x.nonzero()
-
-    with pytest.raises(memviz.DataDependentError, match="nonzero"):
-        memviz.predict(prog)
+    memviz.predict(lambda: seen.append(memviz.predicting()))
     assert seen == [True] and not memviz.predicting()
 
 
@@ -163,11 +147,13 @@ def test_inference_mode_casts_the_weight_at_each_use_as_the_installed_torch_does
             lin(x)
             lin(x)
 
+    if tuple(int(v) for v in torch.__version__.split(".")[:2]) < (2, 11):
+        pytest.skip("the H200 recorded torch 2.11's behaviour (pytorch#165068); older builds keep one copy")
     weight_copy = 1024 * 1024 * 2
     copies = {mode: [e for e in memviz.predict(prog, mode, device="H100").events
                      if e.action == "alloc" and e.nbytes == weight_copy] for mode in ("no_grad", "inference_mode")}
     assert len(copies["no_grad"]) == 1
-    assert len(copies["inference_mode"]) == (1 if caches_under_inference_mode() else 2)
+    assert len(copies["inference_mode"]) == 2 and not caches_under_inference_mode()
 
 
 def test_fp16_with_grad_scaler_and_a_model_built_on_meta() -> None:
@@ -238,3 +224,15 @@ def test_default_device_cuda_and_torch_compile() -> None:
     assert p.breakdown(len(p.events) - 1)["gradients"] == 1024 * 1024 * 4
     assert any("torch.compile" in note for note in p.notes)
     assert torch.get_default_device() == torch.device("cpu")
+
+
+def test_a_torch_older_than_the_floor_is_refused_with_what_is_supported() -> None:
+    from memviz.predictor.patches import TORCH_FLOOR, check_torch
+
+    assert TORCH_FLOOR == (2, 9)
+    check_torch("2.9.1+cu128")
+    check_torch(torch.__version__)
+    with pytest.raises(memviz.InputError, match=r"needs torch >= 2\.9 \(verified on 2\.9\.1.*this is torch 2\.8\.0"):
+        check_torch("2.8.0")
+    with pytest.raises(memviz.InputError, match="cannot read the torch version"):
+        check_torch("nightly")

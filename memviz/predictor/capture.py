@@ -13,20 +13,26 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from memviz.errors import DataDependentError
-
 from .fastmeta import shortcut
 from .session import Session
+from .values import READ_BYTES
 
 __all__ = ["Capture"]
 
+aten = torch.ops.aten
+
 _DATA_DEPENDENT = {
-    torch.ops.aten._local_scalar_dense.default, torch.ops.aten.nonzero.default, torch.ops.aten.masked_select.default,
-    torch.ops.aten._unique2.default, torch.ops.aten.unique_dim.default, torch.ops.aten.unique_consecutive.default,
-    torch.ops.aten.repeat_interleave.Tensor, torch.ops.aten.bincount.default, torch.ops.aten.equal.default,
-    torch.ops.aten.is_nonzero.default, torch.ops.aten.nonzero_static.default,
+    aten._local_scalar_dense.default, aten.nonzero.default, aten._unique2.default, aten.unique_dim.default,
+    aten.unique_consecutive.default, aten.repeat_interleave.Tensor, aten.bincount.default, aten.equal.default,
+    aten.is_nonzero.default, aten._is_all_true.default, aten._is_any_true.default,
 }
-"""Ops whose outputs depend on their inputs' values."""
+"""Ops whose outputs (their shapes, or the Python value they return) depend on their inputs' values: computed on the
+host from the values the prediction knows, or zeros (:mod:`memviz.predictor.values`)."""
+
+_MASKED = {aten.masked_select.default: 1, aten.index.Tensor: None, aten.index_put_.default: None,
+           aten.index_put.default: None, aten._index_put_impl_.default: None}
+"""Ops that select by a boolean mask (argument index, or None: the ``indices`` list): the mask's values give the
+shape, the selected tensor's need not be known."""
 
 _RANDOM_FILL = {torch.ops.aten.uniform_.default, torch.ops.aten.normal_.default, torch.ops.aten.bernoulli_.float,
                 torch.ops.aten.random_.default, torch.ops.aten.exponential_.default, torch.ops.aten.log_normal_.default}
@@ -59,11 +65,16 @@ class Capture(TorchDispatchMode):
             with self:
                 return func.decompose(*args, **kwargs)
         if func in _DATA_DEPENDENT and any(isinstance(a, torch.Tensor) and a.is_meta for a in args):
-            raise DataDependentError(func.__name__, s.user_line())
+            return self._data_dependent(func, args, kwargs)
+        if func in _MASKED and _has_meta_mask(func, args):
+            return self._masked(func, args, kwargs)
+        if func in (aten._assert_async.default, aten._assert_async.msg):
+            return None  # an assertion: it holds
         if func is _ADD and s.gpu_depth and self._joins_in_place(args, kwargs, s.producer_of):
             func = _ADD_  # the engine's gradient join, in place on the GPU
         if func in _RANDOM_FILL and args[0].requires_grad and not args[0].is_meta:
-            return args[0]  # a parameter's initialisation on the host: its values never reach the prediction
+            s.values.forget_host(args[0])  # a parameter's initialisation on the host: its values stay unknown
+            return args[0]
         out = NotImplemented
         outputs = self._outputs.get(func)
         if outputs is not None:
@@ -87,4 +98,76 @@ class Capture(TorchDispatchMode):
                 rule[0](s, func, args, kwargs, out)
             if torch._C._current_graph_task_id() != -1:
                 s.mark_producer(out)
+            s.values.after(func, args, kwargs, out)
         return out
+
+    def _outputs_like(self, host: torch.Tensor, op: str) -> torch.Tensor:
+        """A meta tensor of ``host``'s shape and dtype holding its values (a device allocation where on the device)."""
+        s = self.session
+        out = torch.empty_strided(host.shape, host.stride(), dtype=host.dtype, device="meta")
+        if s.gpu_depth:
+            s.track(out, op)
+        s.values.set_from(out, host)
+        return out
+
+    def _data_dependent(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """Run the op on the values (known, or zeros: :meth:`memviz.predictor.values.Values.read`) on the host; its
+        tensor outputs become meta tensors of the shapes it gave, holding those values."""
+        values = self.session.values
+        name = func.__name__
+        if func is aten._is_all_true.default and values.of(args[0]) is None:
+            return self._outputs_like(torch.tensor(True), name)  # an assertion holds
+        host_args, host_kwargs = _host(args, kwargs, lambda t: values.read(t, name))
+        result = func(*host_args, **host_kwargs)
+        if isinstance(result, torch.Tensor):
+            return self._outputs_like(result, name)
+        if isinstance(result, tuple):
+            return tuple(self._outputs_like(r, name) if isinstance(r, torch.Tensor) else r for r in result)
+        return result
+
+    def _masked(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """Selection by a boolean mask: the mask becomes the indices its values select (``nonzero``, which the
+        GPU's kernel allocates too), and the op runs on meta with them."""
+        name = func.__name__
+        if func is aten.masked_select.default:
+            x, mask = args[0], args[1]
+            x_b, mask_b = torch.broadcast_tensors(x, mask)
+            indices = self._nonzero_of(mask_b, name)
+            with self:
+                return aten.index.Tensor(x_b, list(indices))
+        x, indices = args[0], list(args[1])
+        converted = []
+        for index in indices:
+            if isinstance(index, torch.Tensor) and index.is_meta and index.dtype in (torch.bool, torch.uint8):
+                converted.extend(self._nonzero_of(index, name))
+            else:
+                converted.append(index)
+        with self:
+            return func(x, converted, *args[2:], **kwargs)
+
+    def _nonzero_of(self, mask: torch.Tensor, op: str) -> tuple[torch.Tensor, ...]:
+        """The int64 index tensors of a mask's true elements, one per dimension (device allocations)."""
+        s = self.session
+        values = s.values.read(mask, op)
+        if mask.numel() * mask.element_size() > READ_BYTES:
+            values = torch.zeros(mask.shape, dtype=torch.bool)
+        positions = values.nonzero()
+        whole = self._outputs_like(positions, "nonzero")
+        return tuple(whole[:, d] for d in range(mask.dim()))
+
+
+def _has_meta_mask(func: Any, args: tuple) -> bool:
+    position = _MASKED[func]
+    candidates = [args[position]] if position is not None else list(args[1]) if len(args) > 1 else []
+    return any(isinstance(t, torch.Tensor) and t.is_meta and t.dtype in (torch.bool, torch.uint8) for t in candidates)
+
+
+def _host(args: tuple, kwargs: dict, values_of: Any) -> tuple[tuple, dict]:
+    def host(a: Any) -> Any:
+        if isinstance(a, torch.Tensor) and a.is_meta:
+            return values_of(a)
+        if isinstance(a, (list, tuple)):
+            return type(a)(host(x) for x in a)
+        return a
+
+    return tuple(host(a) for a in args), {k: host(v) for k, v in kwargs.items()}

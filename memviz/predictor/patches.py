@@ -26,10 +26,10 @@ from .session import Session
 
 __all__ = ["PATCHES", "TORCH_FLOOR", "VERIFIED", "Patch", "applied", "check_torch"]
 
-VERIFIED = ("2.11.0+cu130 (on an H200)", "2.13.0+cpu", "2.14.1+cu130 (no GPU)")
+VERIFIED = ("2.9.1+cu128 (no GPU)", "2.11.0+cu130 (on an H200)", "2.13.0+cpu", "2.14.1+cu130 (no GPU)")
 """The torch builds every patch was verified on: the predictor's tests passed there."""
 
-TORCH_FLOOR = (2, 11)
+TORCH_FLOOR = (2, 9)
 """The oldest torch the predictor runs on: the oldest of :data:`VERIFIED`."""
 
 
@@ -129,32 +129,6 @@ def _data_parallel(session: Session, original: Callable[[str], Any]) -> dict[str
     return {"torch.nn.DataParallel:forward": data_parallel_forward}
 
 
-def _transformer_masks(session: Session, original: Callable[[str], Any]) -> dict[str, Any]:
-    generate = original("torch.nn.modules.transformer:_generate_square_subsequent_mask")
-    detect = original("torch.nn.modules.transformer:_detect_is_causal_mask")
-
-    def generate_square_subsequent_mask(sz: int, device: Any = None, dtype: Any = None) -> torch.Tensor:
-        mask = generate(sz, device=device, dtype=dtype)
-        if mask.is_meta:
-            with session.on_host():
-                session.remember_values(mask, generate(sz, device="cpu", dtype=dtype))
-        return mask
-
-    def detect_is_causal_mask(mask: Any, is_causal: Any = None, size: Any = None) -> bool:
-        if is_causal is None and isinstance(mask, torch.Tensor) and mask.is_meta:
-            host = session.values_of(mask)
-            if host is None:
-                session.note("nn.Transformer: a mask of unknown values was taken as not causal (pass "
-                             "is_causal=True / tgt_is_causal=True when it is)")
-                return False
-            with session.on_host():
-                return detect(host, is_causal, size)
-        return detect(mask, is_causal, size)
-
-    return {"torch.nn.modules.transformer:_generate_square_subsequent_mask": generate_square_subsequent_mask,
-            "torch.nn.modules.transformer:_detect_is_causal_mask": detect_is_causal_mask}
-
-
 def _cuda_runtime(session: Session, original: Callable[[str], Any]) -> dict[str, Any]:
     replacements = cuda_replacements(session)
     return {f"{module.__name__}:{name}": value for name, value in replacements.items() for module in cuda_modules()
@@ -181,10 +155,6 @@ PATCHES: tuple[Patch, ...] = (
     Patch("DataParallel on one GPU runs its module",
           "with one device id torch runs the module on the inputs; its scatter needs the CUDA runtime",
           _data_parallel),
-    Patch("nn.Transformer's causal-mask detection reads known host values",
-          "nn.Transformer* compare a mask with a causal one when not told (is_causal=None): on the host copy of "
-          "its values where they are known (a mask torch built, or moved from the host), else not causal, noted",
-          _transformer_masks),
 )
 """Every patch, applied in this order and put back in the reverse order."""
 

@@ -3,8 +3,8 @@
 A ``TorchFunctionMode`` (:class:`Redirect`) sees every torch function the program calls: ``device="cuda"``,
 ``.cuda()``, ``.to("cuda")`` and the factories under ``torch.set_default_device("cuda")`` make meta tensors whose
 storages the session accounts as device memory; calls that touch device tensors run "on the device" (their new
-storages are allocations); a device tensor says it is on ``cuda:0``; reads of its values are refused
-(:class:`memviz.errors.DataDependentError`) unless torch's own code asks (the rules' ``host_reads``).
+storages are allocations); a device tensor says it is on ``cuda:0``; reads of its values get the values the
+prediction knows, or zeros (:mod:`memviz.predictor.values`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._device import _device_constructors
 
-from memviz.errors import DataDependentError
-
 from .session import OWN_DIR, TORCH_DIR, Session
+from .values import READ_BYTES
 
 __all__ = ["Redirect", "is_cuda"]
 
@@ -74,14 +73,9 @@ def _to_device(s: Session, t: torch.Tensor, call: Callable[..., torch.Tensor], *
         out = call(t, *args, **kwargs)
     if isinstance(t, torch.nn.Parameter):
         s.tag(out, "parameters")
-    elif not t.is_meta and t.device.type == "cpu" and t.numel() <= _KNOWN_VALUES_NUMEL and out is not t:
-        s.remember_values(out, t)
+    if out is not t and t.device.type == "cpu" and s.values.host_known(t) and s.is_device(out):
+        s.values.set_from(out, t.to(out.dtype))
     return out
-
-
-_KNOWN_VALUES_NUMEL = 1 << 20
-"""Host tensors up to this many elements keep their values for torch's decisions on the device copy (a
-``tgt_mask`` built on the host and moved: 4 MiB of host memory at most each, while the copy lives)."""
 
 
 def _tensor_cuda(s: Session, func: Any, args: tuple, kwargs: dict) -> torch.Tensor:
@@ -120,9 +114,12 @@ def _tensor_to(s: Session, func: Any, args: tuple, kwargs: dict) -> torch.Tensor
 
 
 def _to_host(s: Session, t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """``.cpu()`` of a device tensor: a host copy, no device memory (its values are not known)."""
+    """``.cpu()`` of a device tensor: a real host tensor with its values (known ones, or zeros:
+    :meth:`memviz.predictor.values.Values.read`), no device memory; a meta host tensor when too large to fill."""
     with s.on_host():
-        return torch.empty_like(t, dtype=dtype or t.dtype, device="meta")
+        if s.values.of(t) is None and t.untyped_storage().nbytes() > READ_BYTES:
+            return torch.empty_like(t, dtype=dtype or t.dtype, device="meta")
+        return s.values.read(t, "Tensor.cpu").to(dtype or t.dtype, copy=True)
 
 
 def _tensor_cpu(s: Session, func: Any, args: tuple, kwargs: dict) -> torch.Tensor:
@@ -193,34 +190,13 @@ def _pass_through(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
     return args[0]
 
 
-def _data_dependent(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
+def _host_values(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
+    """``tolist()`` / ``numpy()`` of a device tensor: of its values (known ones, or zeros)."""
     t = args[0]
     if isinstance(t, torch.Tensor) and t.is_meta:
-        frame = _torch_caller()
-        if frame is not None:
-            rel = os.path.relpath(frame.f_code.co_filename, TORCH_DIR).replace(os.sep, "/")
-            answer = s.rules.host_reads.get((rel, frame.f_code.co_name, func.__name__))
-            if answer is not None:
-                return answer(frame)
-        raise DataDependentError(f"Tensor.{func.__name__}", s.user_line())
+        with s.on_host():
+            return func(s.values.read(t, f"Tensor.{func.__name__}").clone(), *args[1:], **kwargs)
     return func(*args, **kwargs)
-
-
-_PLUMBING = {os.path.join(TORCH_DIR, *name.split("/")) for name in ("overrides.py", "_tensor.py", "utils/_device.py")}
-
-
-def _torch_caller() -> Any:
-    """The frame of torch's code that asked for the value (a generator expression's enclosing function), or None
-    if the first frame outside memviz and torch's dispatch plumbing is the user's."""
-    f = sys._getframe(2)
-    while f is not None:
-        name = f.f_code.co_filename
-        if name.startswith(OWN_DIR) or name.startswith("<frozen") or name in _PLUMBING \
-                or (name.startswith(TORCH_DIR) and f.f_code.co_name.startswith("<")):
-            f = f.f_back
-            continue
-        return f if name.startswith(TORCH_DIR) else None
-    return None
 
 
 _FACTORIES = frozenset(_device_constructors())
@@ -238,10 +214,6 @@ _SPECIAL: dict[Any, Callable[[Session, Any, tuple, dict], Any]] = {
     torch.Tensor.device.__get__: _tensor_device,
     torch.Tensor.is_cuda.__get__: _tensor_is_cuda,
     torch.Tensor.get_device: _tensor_get_device,
-    torch.Tensor.numpy: _data_dependent,
-    torch.Tensor.tolist: _data_dependent,
-    torch.Tensor.item: _data_dependent,
-    torch.Tensor.__bool__: _data_dependent,
-    torch.Tensor.__float__: _data_dependent,
-    torch.Tensor.__int__: _data_dependent,
+    torch.Tensor.numpy: _host_values,
+    torch.Tensor.tolist: _host_values,
 }

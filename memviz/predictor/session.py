@@ -25,6 +25,7 @@ from .gpus import GpuArch
 from .result import OutOfMemory, Prediction
 from .rules import book_for
 from .rules.autograd import current_node
+from .values import Values
 
 __all__ = ["Session"]
 
@@ -61,7 +62,6 @@ class Session:
         self.live: dict[int, tuple[Allocation, int]] = {}  # storage id -> (allocation, bytes)
         self._refs: dict[int, tuple[weakref.ref, int]] = {}
         self.producers: dict[int, int] = {}  # storage id -> sequence number of the backward node that made it
-        self.host_values: dict[int, tuple[weakref.ref, torch.Tensor]] = {}  # small device tensors' known values
         self.gpu_depth = 0
         self.default_cuda = False  # the program called torch.set_default_device("cuda")
         self.phase = "setup"
@@ -77,6 +77,7 @@ class Session:
         self.closed = False
         self.on_progress = on_progress
         self.emulation: Any = None  # memviz.predictor.autocast.CudaEmulation, while the tracer is installed
+        self.values = Values(self.is_device, self.note, self.user_line)
 
     def new_allocator(self) -> CachingAllocator:
         """A fresh allocator like this session's (capacity, cap, config, context)."""
@@ -241,17 +242,6 @@ class Session:
             if entry is not None:
                 self.free(entry[0])
 
-    def remember_values(self, device_tensor: torch.Tensor, host: torch.Tensor) -> None:
-        """``device_tensor`` holds ``host``'s values (a copy of a host tensor, a mask torch builds): torch's own
-        decisions on them read the host copy. Forgotten when it dies."""
-        key = id(device_tensor)
-        self.host_values[key] = (weakref.ref(device_tensor, lambda ref: self.host_values.pop(key, None)), host)
-
-    def values_of(self, device_tensor: torch.Tensor) -> torch.Tensor | None:
-        """The host tensor with ``device_tensor``'s values, or None if they are not known."""
-        entry = self.host_values.get(id(device_tensor))
-        return entry[1] if entry is not None and entry[0]() is device_tensor else None
-
     def tag(self, t: Any, category: str) -> None:
         """``t``'s storage is of ``category`` (the first tag wins)."""
         if isinstance(t, torch.Tensor) and t.is_meta:
@@ -281,4 +271,4 @@ class Session:
         return Prediction(calls=tuple(calls), phases=tuple(self.phase_marks), allocator=self.allocator,
                           new_allocator=self.new_allocator, device=self.device, arch=self.arch,
                           cap_bytes=self.cap_bytes, alloc_conf=self.alloc_conf, oom=self.oom,
-                          notes=tuple(self.notes), trace_seconds=trace_seconds)
+                          notes=(*self.notes, *self.values.notes()), trace_seconds=trace_seconds)

@@ -10,7 +10,6 @@ GPU does beyond that is knowledge, and it all lives here, as :class:`Rule` recor
 - :mod:`.layer_norm` — the contiguous copies layer norm's kernels take;
 - :mod:`.kernels` — ops whose CUDA kernel is not their composite decomposition;
 - :mod:`.autograd` — the engine's in-place gradient joins;
-- :mod:`.host_reads` — values torch's own code reads from device tensors, answered as a healthy run;
 - :mod:`.unmodelled` — torch functions whose CUDA memory is not modelled (a note when a program calls them).
 
 Each record says what it is (``name``, ``kind``, the ``ops``), how it is known (``basis``: ``"source"`` — a
@@ -32,7 +31,7 @@ from ..gpus import GpuArch
 
 __all__ = ["KINDS", "Measurement", "Rule", "RuleBook", "all_rules", "book_for"]
 
-KINDS = ("allocates", "outputs", "own_kernel", "engine", "choice", "host_read", "unmodelled")
+KINDS = ("allocates", "outputs", "own_kernel", "engine", "choice", "unmodelled")
 """What a rule's ``apply`` is, by ``Rule.kind``:
 
 - ``"allocates"``: the kernel allocates beyond its outputs; ``apply(memory, op, args, kwargs, outputs)`` runs after
@@ -44,8 +43,6 @@ KINDS = ("allocates", "outputs", "own_kernel", "engine", "choice", "host_read", 
   (``apply`` is None);
 - ``"engine"``: the autograd engine's behaviour (``apply`` is the rule's own predicate);
 - ``"choice"``: a kernel choice the target makes (``apply(arch, ...)``);
-- ``"host_read"``: ``ops`` are ``(torch file, function, Tensor method)`` keys, ``apply(frame)`` the value a healthy
-  run reads;
 - ``"unmodelled"``: ``ops`` are torch function names, ``doc`` the note the prediction gets.
 """
 
@@ -120,9 +117,9 @@ class Rule:
 
 def all_rules() -> tuple[Rule, ...]:
     """Every rule, from every family module."""
-    from . import attention, autograd, cublas, cudnn_conv, host_reads, kernels, layer_norm, reductions, unmodelled
+    from . import attention, autograd, cublas, cudnn_conv, kernels, layer_norm, reductions, unmodelled
 
-    families = (cublas, cudnn_conv, attention, reductions, layer_norm, kernels, autograd, host_reads, unmodelled)
+    families = (cublas, cudnn_conv, attention, reductions, layer_norm, kernels, autograd, unmodelled)
     return tuple(rule for family in families for rule in family.RULES)
 
 
@@ -134,7 +131,6 @@ class RuleBook:
         allocates: aten op → ``(apply, tracks_outputs)`` of its ``"allocates"`` rule.
         outputs: aten op → ``apply`` of its ``"outputs"`` rule.
         own_kernel: the ops whose composite CUDA does not run.
-        host_reads: ``(file, function, method)`` → ``apply(frame)``.
         unmodelled: torch function name → note.
         choices: rule name → the ``"choice"`` function.
         engine: rule name → the ``"engine"`` predicate.
@@ -146,7 +142,6 @@ class RuleBook:
         self.allocates: dict[Any, tuple[Callable[..., Any], bool]] = {}
         self.outputs: dict[Any, Callable[..., Any]] = {}
         self.own_kernel: frozenset[Any] = frozenset()
-        self.host_reads: dict[tuple[str, str, str], Callable[..., Any]] = {}
         self.unmodelled: dict[str, str] = {}
         self.choices: dict[str, Callable[..., Any]] = {}
         self.engine: dict[str, Callable[..., Any]] = {}
@@ -163,8 +158,6 @@ class RuleBook:
                 self.outputs[op] = apply
             elif kind == "own_kernel":
                 own.add(op)
-            elif kind == "host_read":
-                self.host_reads[op] = apply
             elif kind == "unmodelled":
                 self.unmodelled[op] = rule.doc
             elif kind == "choice":

@@ -1,0 +1,239 @@
+"""The values a prediction knows: small device tensors computed on the CPU beside their meta tensors.
+
+Library code reads values to decide: transformers checks whether an attention mask is all ones and whether
+position ids describe packed sequences, ``generate()`` stops when every sequence has produced an end token,
+``GradScaler`` skips a step whose gradients overflowed, ``x[mask]`` and ``nonzero`` size their outputs by
+what they select. A prediction computes no activations, but it can compute these: they come from host data or
+from factories (``torch.tensor``, ``ones``, ``arange``, ``randint``...), and are small.
+
+The rule (one policy, no per-library table):
+
+- **Known values.** A device storage has a host copy of its values (a *shadow*, a real CPU storage of the same
+  bytes) when it was copied from a host tensor whose values are real, or made by a factory, or written by an op
+  whose inputs all have known values — each storage at most :data:`SHADOW_BYTES` and each op reading at most
+  :data:`COMPUTE_BYTES`; the op then runs on the CPU too, on the shadows, and its outputs get theirs. Views share
+  their storage's shadow; an in-place op updates it, or drops it when an input is unknown. A parameter's
+  initialisation (``nn.init``'s random fills, skipped while predicting) leaves its values unknown; ``empty``
+  reads as zeros until written.
+- **Unknown values read as zeros.** A read the program makes of values the prediction did not compute
+  (``loss.item()``, ``bool(t)``, ``t.tolist()``, ``nonzero`` / ``x[mask]`` / ``unique`` on them) gets zeros:
+  the read tensor's storage is given a zero shadow (up to :data:`READ_BYTES`; a larger read raises
+  :class:`memviz.errors.DataDependentError`), and the prediction's notes say where it first happened. So a
+  logged loss is 0.0, ``GradScaler`` sees no overflow (a healthy step), greedy ``generate()`` runs to
+  ``max_new_tokens`` unless 0 is an end token, a mask of unknown values selects nothing.
+- **An assertion holds.** ``torch._is_all_true`` of unknown values (what torch's own checks use:
+  ``torch._check_tensor_all``, a distribution's ``validate_args``) is True, as in a healthy run.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+from memviz.errors import DataDependentError
+
+__all__ = ["COMPUTE_BYTES", "READ_BYTES", "SHADOW_BYTES", "Values"]
+
+SHADOW_BYTES = 16 << 20
+"""The largest device storage whose values are kept on the host (16 MiB: 4 Mi int32, 2 Mi int64 elements)."""
+
+COMPUTE_BYTES = 64 << 20
+"""The most bytes of known inputs an op may read to be computed on the CPU (bounds the host work per op)."""
+
+READ_BYTES = 256 << 20
+"""The largest storage of unknown values a read fills with zeros (beyond, the read is refused)."""
+
+aten = torch.ops.aten
+
+_ASSERTIONS = frozenset({aten._is_all_true.default})
+"""Ops that check an assertion: on unknown values they hold."""
+
+_NO_OP_ASSERTIONS = frozenset({aten._assert_async.default, aten._assert_async.msg})
+
+
+def _empty_like_op(func: Any) -> bool:
+    name = func.__name__
+    return name.startswith(("empty", "new_empty")) or name in ("empty_like.default", "empty_strided.default")
+
+
+class Values:
+    """The shadows of one prediction: device storage → host storage of the same bytes.
+
+    Args:
+        is_device: whether a meta tensor stands for a device tensor (the session's).
+        note: adds a note to the prediction.
+        user_line: where in the program the current op was called.
+    """
+
+    def __init__(self, is_device: Callable[[torch.Tensor], bool], note: Callable[[str], None],
+                 user_line: Callable[[], str]) -> None:
+        self._is_device = is_device
+        self._note = note
+        self._user_line = user_line
+        self._shadows: dict[int, tuple[weakref.ref, torch.UntypedStorage]] = {}
+        self._unknown_host: dict[int, weakref.ref] = {}  # host storages whose values were never really written
+        self.zero_reads = 0
+        self._first_zero_read = ""
+
+    # ---- host tensors
+
+    def forget_host(self, t: torch.Tensor) -> None:
+        """A host tensor's values were not really written (its random initialisation was skipped)."""
+        if not t.is_meta:
+            st = t.untyped_storage()
+            key = id(st)
+            self._unknown_host[key] = weakref.ref(st, lambda ref: self._unknown_host.pop(key, None))
+
+    def host_known(self, t: torch.Tensor) -> bool:
+        """Whether a host tensor's values are real (not meta, not a skipped initialisation)."""
+        if t.is_meta:
+            return False
+        entry = self._unknown_host.get(id(t.untyped_storage()))
+        return entry is None or entry() is None
+
+    # ---- shadows
+
+    def of(self, t: torch.Tensor) -> torch.Tensor | None:
+        """The host tensor with ``t``'s values (a view of its storage's shadow), or None if they are unknown."""
+        st = t.untyped_storage()
+        entry = self._shadows.get(id(st))
+        if entry is None or entry[0]() is not st:
+            return None
+        return torch.empty(0, dtype=t.dtype).set_(entry[1], t.storage_offset(), t.shape, t.stride())
+
+    def drop(self, t: torch.Tensor) -> None:
+        """``t``'s storage no longer has known values."""
+        self._shadows.pop(id(t.untyped_storage()), None)
+
+    def _new_shadow(self, t: torch.Tensor) -> torch.Tensor | None:
+        """A zero shadow for ``t``'s storage (a view of it as ``t``), or None when the storage is too large."""
+        st = t.untyped_storage()
+        if st.nbytes() > SHADOW_BYTES:
+            return None
+        host = torch.UntypedStorage(st.nbytes())
+        host.fill_(0)
+        key = id(st)
+        self._shadows[key] = (weakref.ref(st, lambda ref: self._shadows.pop(key, None)), host)
+        return self.of(t)
+
+    def set_from(self, t: torch.Tensor, values: torch.Tensor) -> None:
+        """``t`` (a device tensor with its own storage) holds ``values`` (a host tensor of its shape)."""
+        shadow = self._new_shadow(t)
+        if shadow is not None:
+            shadow.copy_(values)
+
+    # ---- ops
+
+    def after(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        """An op ran on meta tensors and made ``out``: compute it on the shadows where its inputs are known."""
+        flat_args, _ = tree_flatten((args, kwargs))
+        tensors = [a for a in flat_args if isinstance(a, torch.Tensor)]
+        written = _written(func, args, kwargs)
+        shadows: dict[int, torch.Tensor] = {}
+        read_bytes = 0
+        for t in tensors:
+            if not t.is_meta:
+                if not self.host_known(t):
+                    return self._unknown(written)
+                read_bytes += t.numel() * t.element_size()
+                continue
+            shadow = self.of(t)
+            if shadow is None:
+                if any(w is t for w in written) and _overwrites(func):
+                    continue  # fill_ / zero_ / copy_ into it: its old values do not matter
+                return self._unknown(written)
+            shadows[id(t)] = shadow
+            read_bytes += t.numel() * t.element_size()
+        if read_bytes > COMPUTE_BYTES:
+            return self._unknown(written)
+        outputs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor) and o.is_meta]
+        inputs_storages = {id(t.untyped_storage()) for t in tensors if t.is_meta}
+        fresh = [o for o in outputs if id(o.untyped_storage()) not in inputs_storages]
+        if any(o.untyped_storage().nbytes() > SHADOW_BYTES for o in fresh):
+            return self._unknown(written)
+        for w in written:  # an overwritten tensor without a shadow gets a zero one to be written into
+            if w.is_meta and id(w) not in shadows:
+                shadow = self._new_shadow(w)
+                if shadow is None:
+                    return self._unknown(written)
+                shadows[id(w)] = shadow
+        host_args, host_kwargs = tree_map(lambda a: _to_host(a, shadows), (args, kwargs))
+        try:
+            if _empty_like_op(func):
+                result = tree_map(lambda o: torch.zeros_like(o, device="cpu") if isinstance(o, torch.Tensor) else o,
+                                  out)
+            else:
+                result = func(*host_args, **host_kwargs)
+        except Exception:  # a kernel the CPU lacks (flash attention...): its outputs are unknown
+            return self._unknown(written)
+        host_flat = tree_flatten(result)[0]
+        meta_flat = tree_flatten(out)[0]
+        for meta, host in zip(meta_flat, host_flat, strict=False):
+            if isinstance(meta, torch.Tensor) and meta.is_meta and any(meta is f for f in fresh) \
+                    and isinstance(host, torch.Tensor) and host.shape == meta.shape:
+                self.set_from(meta, host)
+
+    def _unknown(self, written: list[torch.Tensor]) -> None:
+        for w in written:
+            if w.is_meta:
+                self.drop(w)
+
+    # ---- reads
+
+    def read(self, t: torch.Tensor, what: str) -> torch.Tensor:
+        """``t``'s values for a read (``what``: the op or method): known ones, else zeros (noted), else refused."""
+        shadow = self.of(t)
+        if shadow is not None:
+            return shadow
+        if t.untyped_storage().nbytes() > READ_BYTES:
+            raise DataDependentError(what, self._user_line())
+        self.zero_reads += 1
+        if not self._first_zero_read:
+            self._first_zero_read = f"{what} at {self._user_line() or 'torch'}"
+        shadow = self._new_shadow(t) if t.untyped_storage().nbytes() <= SHADOW_BYTES else None
+        return shadow if shadow is not None else torch.zeros(t.shape, dtype=t.dtype)
+
+    def assertion_holds(self, func: Any) -> bool:
+        return func in _ASSERTIONS
+
+    def notes(self) -> list[str]:
+        """What the notes say of the reads of unknown values."""
+        if not self.zero_reads:
+            return []
+        return [f"values the prediction does not compute were read as zeros ({self.zero_reads} reads, the first "
+                f"{self._first_zero_read}): a logged loss shows 0, a mask of unknown values selects nothing"]
+
+
+def _to_host(a: Any, shadows: dict[int, torch.Tensor]) -> Any:
+    if isinstance(a, torch.Tensor):
+        return shadows.get(id(a), a) if a.is_meta else a
+    if isinstance(a, torch.device) and a.type == "meta":
+        return torch.device("cpu")
+    if a == "meta":
+        return "cpu"
+    return a
+
+
+def _written(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensor arguments the op writes (in place or ``out=``)."""
+    out = []
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            value = kwargs.get(arg.name) if arg.kwarg_only or i >= len(args) else args[i]
+            for t in value if isinstance(value, (list, tuple)) else (value,):
+                if isinstance(t, torch.Tensor):
+                    out.append(t)
+    return out
+
+
+_OVERWRITES = frozenset({"fill_", "zero_", "copy_", "normal_", "uniform_", "random_", "bernoulli_", "exponential_",
+                         "log_normal_", "geometric_", "cauchy_"})
+
+
+def _overwrites(func: Any) -> bool:
+    """Whether the op writes every element of its first argument without reading it."""
+    return func.__name__.split(".")[0] in _OVERWRITES
