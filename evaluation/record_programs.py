@@ -296,8 +296,7 @@ def record(runner: Runner, spec: dict, out_dir: Path, priority: int, timeout_s: 
     argv = [sys.executable, str(Path(__file__).resolve()), "--one", json.dumps(spec), "--to", str(path)]
     done: Future = Future()
 
-    def finish(fut: Future) -> None:
-        r = fut.result()
+    def summarize(r: dict) -> dict:
         line: dict = {"id": spec["id"]}
         if "skipped" in r:
             line["skipped"] = r["skipped"]
@@ -310,6 +309,15 @@ def record(runner: Runner, spec: dict, out_dir: Path, priority: int, timeout_s: 
                         events=len(rec["events"]))
             if rec["oom"]:
                 line["oom"] = rec["oom"]["message"][:200]
+                if rec["cap_bytes"] is None:  # neighbours may have held the memory: rerun alone (--only, --jobs 1)
+                    line["uncapped_oom"] = True
+        return line
+
+    def finish(fut: Future) -> None:  # a done-callback: whatever happens, ``done`` gets a line
+        try:
+            line = summarize(fut.result())
+        except Exception as e:
+            line = {"id": spec["id"], "error": f"recorder: {e!r}"}
         print(json.dumps({k: v for k, v in line.items() if k != "log_tail"}), flush=True)
         done.set_result(line)
 
@@ -401,7 +409,10 @@ def record_all(module: ModuleType, runs: list[dict], chains: list[dict], out_dir
     chain_results: list[dict | None] = [None] * len(chains)
 
     def drive(i: int) -> None:
-        chain_results[i] = search(chains[i], module.__name__, runner, out_dir, timeout_s)
+        try:
+            chain_results[i] = search(chains[i], module.__name__, runner, out_dir, timeout_s)
+        except Exception as e:  # kept in the summary; the other chains and runs go on
+            chain_results[i] = {"id": chains[i]["id"], "incomplete": True, "error": f"recorder: {e!r}"}
 
     drivers = [threading.Thread(target=drive, args=(i,)) for i in range(len(chains))]
     for d in drivers:
@@ -415,6 +426,7 @@ def record_all(module: ModuleType, runs: list[dict], chains: list[dict], out_dir
                "wall_s": round(time.perf_counter() - t0, 1), "runs": lines, "chains": chain_results,
                "counts": {"runs": len(lines), "recorded": sum("fits" in x for x in lines),
                           "errors": sum("error" in x for x in lines), "skipped": sum("skipped" in x for x in lines),
+                          "uncapped_oom": sum("uncapped_oom" in x for x in lines),
                           "chains": len(chains), "chains_found": sum("max_batch" in c for c in chain_results)}}
     if chains:
         (out_dir / "chains.json").write_text(json.dumps(chain_results, indent=1))
