@@ -472,6 +472,8 @@ def cpu_check(module: ModuleType, jobs: int, timeout_s: float, only: set[str] | 
 
 
 def main() -> None:
+    if str(ROOT) not in sys.path:  # run as a script: the programs' modules are named from the repository root
+        sys.path.insert(0, str(ROOT))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--module", help="the programs' module, e.g. evaluation.programs.hf")
     ap.add_argument("--out", type=Path, help="the output directory (runs/, logs/, chains.json, summary.json)")
