@@ -75,13 +75,16 @@ import to its end; a global ``torch.optim.optimizer.register_optimizer_step_post
 so far and the current figures are its ``*.all.peak`` / ``*.all.current`` entries; ``allocation.all.allocated``
 counts the trace's ``alloc`` entries up to that point, to find the step in the trace), the parameters' local
 (per-rank) sizes at the first step and the optimizer state's bytes; DDP's
-``_get_ddp_logging_data()`` per step (bucket sizes before and after the rebuild, the cap, the hook); FSDP2's
+``_get_ddp_logging_data()`` per step (bucket sizes before and after the rebuild, the cap, the hook; DDP's
+logger refreshes them at the start of each forward, before that forward's bucket rebuild, so the rebuild done in
+the second forward shows from the third step's entry); FSDP2's
 stream handles (``FSDPCommContext.lazy_init`` wrapped to read them); the number and sizes of
 ``UntypedStorage.resize_`` calls (FSDP2 frees and re-allocates unsharded parameters that way). Nothing of this
 synchronizes or allocates on the GPU. Each (run, rank) writes ``DIR/runs/<id>-r<rank>.json.gz``::
 
     {"id": "<run id>-r<rank>", "run_id", "module", "program", "kwargs", "world_size", "rank", "alloc_conf",
-     "cap_bytes", "device", "versions": {"torch", "cuda", "cudnn", "nccl", "transformers", "python"},
+     "cap_bytes", "device", "kwargs_run" (what the program got: kwargs, plus CPU_SHRINK and device on cpu),
+     "versions": {"torch", "cuda", "cudnn", "nccl", "transformers", "python"},
      "device_name", "total_bytes", "fits", "oom": null | {"message", "after_steps"}, "seconds",
      "peaks": {"allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes"},
      "stats": torch.cuda.memory_stats() at the end,
@@ -92,6 +95,7 @@ synchronizes or allocates on the GPU. Each (run, rank) writes ``DIR/runs/<id>-r<
      "fake_pg": {"backend_requested", "init_method_requested", "rank", "world_size", "backend"},
      "ddp_hook": bool, "fsdp_streams": {"all_gather_copy_in_stream": int, ...} | null,
      "resize": {"calls", "grow_calls", "grow_bytes", "shrink_calls"},
+     "process_gpu": {"used_bytes": NVML's figure for this process or null, "note", "reserved_bytes"},
      "streams": {"default": int, "current": int},
      "frames": ["file:line:function", ...],
      "events": [[action, addr, size, frame_index or -1, user_frame_index or -1], ...],
@@ -105,7 +109,10 @@ synchronizes or allocates on the GPU. Each (run, rank) writes ``DIR/runs/<id>-r<
 ``device_traces[0]``, each entry's innermost Python frame and innermost frame in the program's own file;
 ``event_streams`` is each entry's ``stream`` (a ``cudaStream_t``; ``streams["default"]`` is the device's
 default stream, 0). ``segments`` are the final snapshot's, after the program returned (what the cache still
-holds), with their stream and pool ids. ``DIR/summary.json`` lists every pair (status ``ok`` / ``oom`` /
+holds), with their stream and pool ids. ``process_gpu`` is the one view outside the allocator: what the driver
+says this process uses at the end (``pynvml``, when installed), beside the allocator's reserved bytes then;
+their difference estimates the CUDA context and module images (no NCCL communicator exists under the fake
+group, so none is in it). ``DIR/summary.json`` lists every pair (status ``ok`` / ``oom`` /
 ``error`` / ``killed`` / ``skipped``, peaks, per-step peaks, wall seconds, the stderr tail); ``DIR/logs/`` holds
 each child's output. At ``--deadline-s`` (default 180) the parent starts nothing new and kills the children
 still running (by their own pids); what finished is kept. Ranks 0 and N-1 of every run are scheduled before
@@ -434,6 +441,25 @@ def _segments(snapshot: dict) -> list[dict]:
             for s in snapshot["segments"]]
 
 
+def _nvml_process_bytes() -> dict:
+    """This process's GPU memory as the driver counts it (CUDA context, module images, the caching allocator's
+    segments and anything else), from NVML when ``pynvml`` is installed and the process is visible to it."""
+    try:
+        import pynvml
+    except ImportError:
+        return {"used_bytes": None, "note": "pynvml not installed"}
+    try:
+        pynvml.nvmlInit()
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                if proc.pid == os.getpid():
+                    return {"used_bytes": proc.usedGpuMemory, "note": f"NVML device {i}"}
+        return {"used_bytes": None, "note": "this pid not among NVML's processes (a container's pid namespace?)"}
+    except pynvml.NVMLError as e:
+        return {"used_bytes": None, "note": f"NVML error: {e}"}
+
+
 def run_one(spec: dict) -> dict:
     """In a fresh process: run one (run, rank) under the fake group; return the record."""
     import torch
@@ -480,7 +506,8 @@ def run_one(spec: dict) -> dict:
                       stats=stats, frames=frames, events=events, event_streams=streams,
                       trace_allocs=sum(e[0] == "alloc" for e in events),
                       counted_allocs=stats["allocation.all.allocated"],
-                      trace_truncated=len(events) >= MAX_TRACE_ENTRIES, segments=_segments(snapshot))
+                      trace_truncated=len(events) >= MAX_TRACE_ENTRIES, segments=_segments(snapshot),
+                      process_gpu={**_nvml_process_bytes(), "reserved_bytes": stats["reserved_bytes.all.current"]})
     import torch.distributed as dist
 
     if dist.is_initialized():  # the program stopped before its destroy_process_group (an OOM)
