@@ -21,13 +21,14 @@ same function in ``torch.distributed.distributed_c10d``) with a wrapper that cal
 ``pg_options=None`` and the rank / world size from the environment (or those the program passed), whatever
 backend (``"nccl"``, ``"gloo"``, ``"cuda:nccl,cpu:gloo"``) or ``init_method`` (``"env://"``) it asked for.
 Importing ``fake_pg`` registers the ``"fake"`` backend for cpu and cuda (torch 2.11 and 2.13 alike). The fake
-group's collectives launch nothing across processes and return a completed ``FakeWork``; in torch 2.13 (and
-recent main) the ones whose output follows from local inputs copy into their outputs (all-gather copies the
-input into every chunk, reduce-scatter copies this rank's chunk) so outputs are not left uninitialised. Those
-copies write into buffers the caller already allocated: the fake group allocates nothing. So every buffer the
-rank makes (sharded parameters, FSDP2's all-gather and reduce-scatter buffers, unsharded parameters and
-gradients, DDP's buckets, optimizer state, activations, the flat buffers of DDP's initial parameter broadcast)
-is a real allocation through the real caching allocator, on the stream the framework really puts it on.
+group's collectives launch nothing across processes and return a completed ``FakeWork`` whose future holds
+None. All-gathers copy the input into every output chunk (they have for many releases: DeviceMesh and DDP
+validate ranks with an all-gather, ``verify_params_across_processes``); in torch 2.13 reduce-scatters also copy
+this rank's chunk into the output. Those copies write into buffers the caller already allocated, on the
+caller's current stream: the fake group allocates nothing. So every buffer the rank makes (sharded
+parameters, FSDP2's all-gather and reduce-scatter buffers, unsharded parameters and gradients, DDP's buckets,
+optimizer state, activations, the flat buffers of DDP's initial parameter broadcast) is a real allocation
+through the real caching allocator, on the stream the framework really puts it on.
 
 DDP needs one more step. With no comm hook, DDP's reducer (``torch/csrc/distributed/c10d/reducer.cpp``,
 ``Reducer::run_comm_hook`` -> ``run_allreduce_hook``) runs the C++ ``_AllReduceBySumCommHook``, which returns
@@ -59,10 +60,11 @@ allocator; and ``ProcessGroupNCCL``'s own uses of the caching allocator that the
 list-style collectives (``all_gather`` into a list, ``reduce_scatter`` from a list, coalesced ops) allocate a
 flat staging tensor inside ``collective()`` under the NCCL stream's guard, so into the NCCL stream's pool (the
 FSDP2 and DDP paths recorded here use ``all_gather_into_tensor``, ``reduce_scatter_tensor`` and an in-place
-``all_reduce``: no staging tensors). With ``TORCH_NCCL_AVOID_RECORD_STREAMS`` off (the old default), NCCL
-called ``recordStream`` on a collective's tensors, which keeps a freed block out of reuse until the NCCL
-stream passes it; the torch sources read here stash the tensors until ``wait()`` instead (and that variable is
-deprecated as the default); FSDP2 and DDP keep those tensors alive past the wait anyway. Timing differs too:
+``all_reduce``: no staging tensors). Older ``ProcessGroupNCCL`` (``TORCH_NCCL_AVOID_RECORD_STREAMS=0``, long
+the default) called ``recordStream`` on an async collective's tensors, which keeps a freed block out of reuse
+until the NCCL stream passes it; recent sources stash the tensors until ``wait()`` instead and call that
+variable deprecated (which of the two torch 2.11 does was not checked here); FSDP2 and DDP keep those tensors
+alive past the wait anyway, and the fake group records no stream use at all. Timing differs too:
 collectives take no time, so the overlap of prefetched all-gathers with compute follows the GPU's compute
 alone. The allocator decides from the order of requests and frees, not from time, except where a free waits on
 an event (``record_stream``); the fake group records none.
@@ -96,7 +98,7 @@ synchronizes or allocates on the GPU. Each (run, rank) writes ``DIR/runs/<id>-r<
      "ddp_hook": bool, "fsdp_streams": {"all_gather_copy_in_stream": int, ...} | null,
      "resize": {"calls", "grow_calls", "grow_bytes", "shrink_calls"},
      "process_gpu": {"used_bytes": NVML's figure for this process or null, "note", "reserved_bytes"},
-     "streams": {"default": int, "current": int},
+     "streams": {"default": int, "current": int} (cuda only),
      "frames": ["file:line:function", ...],
      "events": [[action, addr, size, frame_index or -1, user_frame_index or -1], ...],
      "event_streams": [stream of each event, ...],
@@ -113,7 +115,8 @@ holds), with their stream and pool ids. ``process_gpu`` is the one view outside 
 says this process uses at the end (``pynvml``, when installed), beside the allocator's reserved bytes then;
 their difference estimates the CUDA context and module images (no NCCL communicator exists under the fake
 group, so none is in it). ``DIR/summary.json`` lists every pair (status ``ok`` / ``oom`` /
-``error`` / ``killed`` / ``skipped``, peaks, per-step peaks, wall seconds, the stderr tail); ``DIR/logs/`` holds
+``error`` / ``killed`` / ``skipped``, peaks, per-step peaks, wall seconds, the output's tail when it failed);
+``DIR/logs/`` holds
 each child's output. At ``--deadline-s`` (default 180) the parent starts nothing new and kills the children
 still running (by their own pids); what finished is kept. Ranks 0 and N-1 of every run are scheduled before
 the other ranks, so a deadline cuts the least.
@@ -407,7 +410,8 @@ def _versions() -> dict:
     out = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version()}
     try:
         out["cudnn"] = torch.backends.cudnn.version()
-        out["nccl"] = ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None
+        nccl = torch.cuda.nccl.version() if torch.cuda.is_available() else None
+        out["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else nccl
     except Exception as e:  # a build without NCCL: say so
         out["nccl"] = f"unavailable: {e}"
     try:
