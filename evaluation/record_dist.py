@@ -107,7 +107,7 @@ synchronizes or allocates on the GPU. Each (run, rank) writes ``DIR/runs/<id>-r<
                    "segment_type", "segment_pool_id", "is_expandable",
                    "blocks": [[size, requested_size, state], ...]}, ...]}
 
-``events`` and ``frames`` are exactly ``scripts/record_fit.py``'s (its ``_frame_text``): the snapshot's
+``events`` and ``frames`` are exactly ``evaluation/record_runs.py``'s (its ``_frame_text``): the snapshot's
 ``device_traces[0]``, each entry's innermost Python frame and innermost frame in the program's own file;
 ``event_streams`` is each entry's ``stream`` (a ``cudaStream_t``; ``streams["default"]`` is the device's
 default stream, 0). ``segments`` are the final snapshot's, after the program returned (what the cache still
@@ -133,7 +133,6 @@ import argparse
 import fnmatch
 import gzip
 import importlib
-import importlib.util
 import inspect
 import json
 import os
@@ -143,6 +142,7 @@ import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import ModuleType
 
 GiB = 1 << 30
 ROOT = Path(__file__).resolve().parent.parent
@@ -154,12 +154,11 @@ DDP_KEYS = ("bucket_sizes", "rebuilt_bucket_sizes", "rebuilt_per_bucket_param_in
             "total_parameter_size_bytes", "dtypes", "find_unused_parameters", "num_buckets_reduced")
 
 
-def _record_fit():
-    """scripts/record_fit.py loaded by path (its helpers: one format for every recording)."""
-    spec = importlib.util.spec_from_file_location("record_fit", ROOT / "scripts" / "record_fit.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _record_fit() -> ModuleType:
+    """evaluation/record_runs.py (its helpers: one format for every recording; its plan is not run)."""
+    from evaluation import record_runs
+
+    return record_runs
 
 
 # ----------------------------------------------------------------------------------------------------------------

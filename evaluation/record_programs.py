@@ -15,7 +15,7 @@ starts; a cap is ``torch.cuda.set_per_process_memory_fraction`` with the smalles
 ``int(f * total) >= cap`` (bounding only that process: several processes share the GPU, ``--jobs`` at a
 time); the allocator's history is recorded (``_record_memory_history(context="alloc", stacks="python")``)
 while the program runs; ``torch.OutOfMemoryError`` is caught and recorded (``fits`` False). Each run writes
-``DIR/runs/<id>.json.gz`` in scripts/record_fit.py's format::
+``DIR/runs/<id>.json.gz`` in evaluation/record_runs.py's format::
 
     {"id", "module", "program", "kwargs", "alloc_conf", "cap_bytes" (null: no cap), "total_bytes", "torch",
      "device_name", "fits", "oom": null | {"message" (torch's first line), "step_hint" (the innermost frame in
@@ -52,7 +52,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import importlib
-import importlib.util
 import inspect
 import itertools
 import json
@@ -77,11 +76,10 @@ MAX_CHAIN_BATCH = 1 << 14
 
 
 def _record_fit() -> ModuleType:
-    """scripts/record_fit.py, loaded by path (its helpers are reused, its plan is not run)."""
-    spec = importlib.util.spec_from_file_location("record_fit", ROOT / "scripts" / "record_fit.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """evaluation/record_runs.py (its helpers: one format for every recording; its plan is not run)."""
+    from evaluation import record_runs
+
+    return record_runs
 
 
 # --- the plan -------------------------------------------------------------------------------------------------
