@@ -132,7 +132,10 @@ def test_fidelity_compares_the_final_state_too():
     assert fid.reserved_matches == fid.allocated_matches == fid.events_compared
     assert fid.states_matching == fid.states_compared
     assert not fid.final_state_matches and not fid.exact
-    assert fid.describe().endswith("requests; the segments at the end differ")
+    assert fid.describe().endswith("requests; the segments at the end differ. It cannot be replayed exactly: the "
+                                   f"replay under the recorded config differs from the recording at the end; "
+                                   f"{fid.remedy}")
+    assert (fid.replayable, fid.verdict.cause, fid.verdict.first_event) == (False, "differs", None)
 
 
 def test_train_snapshot_fidelity_and_errors():
