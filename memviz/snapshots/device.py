@@ -14,12 +14,15 @@ in the large pool). The recording bounds it:
   bottom-up at 32 MiB boundaries (:mod:`memviz.sim.addresses`), so the nearest such address is usually the
   next reservation and the bound is within about 30 MB of the truth.
 - **From below**: the recording's peak reserved bytes, and at an ``oom`` entry the reserved bytes plus the
-  ``device_free`` the driver reported then.
+  ``device_free`` the driver reported then. That sum is what the process could use when it ran out of memory: the
+  replay models the rest of the device as held outside the cache (``context_bytes``: the CUDA context, other
+  processes), so that a request fails where the recording's failed.
 
-Without expandable segments nothing bounds the device from above. The replay then models a device with no
-limit of its own (only a cap makes an OOM), sized so that its address space holds every expandable segment a
-what-if could make: four per stream and pool (a small and a large one, twice over), never a size whose
-reservations run out where a real GPU's do not. All sizes are bytes.
+Without expandable segments (or in a trace that contradicts itself: ``SnapshotHistory.anomalies``) nothing
+bounds the device from above. The replay then models a device with no limit of its own (only a cap makes an
+OOM), sized so that its address space holds every expandable segment a what-if could make: four per stream and
+pool (a small and a large one, twice over), never a size whose reservations run out where a real GPU's do not.
+All sizes are bytes.
 """
 
 from __future__ import annotations
@@ -52,9 +55,12 @@ class DeviceEstimate:
         total_bytes: the device memory replays use.
         lower_bytes: the least the recording allows (its peak reserved bytes, or reserved plus free at an OOM).
         upper_bytes: the most its expandable segments' reservations allow, or None (no such evidence).
-        source: ``"expandable reservations"`` (bounded from above), ``"given"`` (the caller's) or ``"unknown"``
-            (no bound from above: a device with no limit of its own).
+        source: ``"expandable reservations"`` (bounded from above), ``"oom"`` (no bound from above, but an OOM
+            showed what was usable: the rest is ``context_bytes``), ``"given"`` (the caller's) or ``"unknown"`` (no
+            bound at all: a device with no limit of its own).
         note: one sentence: what was inferred and how.
+        context_bytes: the memory held outside the cache when the recording ran out of memory (the device's size
+            less the reserved and free bytes its ``oom`` entry shows; 0 without one).
     """
 
     total_bytes: int
@@ -62,12 +68,16 @@ class DeviceEstimate:
     upper_bytes: int | None
     source: str
     note: str
+    context_bytes: int = 0
 
     @property
     def label(self) -> str:
-        """A short name for tables: ``"unlimited"`` when the recording does not bound it, else its size."""
+        """A short name for tables: ``"unlimited"`` when the recording does not bound it, what an OOM showed usable,
+        else its size."""
         if self.source == "unknown":
             return "unlimited"
+        if self.source == "oom":
+            return f"{format_bytes(self.total_bytes - self.context_bytes)} usable (inferred)"
         return f"{format_bytes(self.total_bytes)} ({'inferred' if self.source != 'given' else 'given'})"
 
 
@@ -118,6 +128,11 @@ class _Mapped:
         del self.starts[bisect_right(self.starts, start) - 1]
         del self.by_end[(stream, end)]
         return end, stream, rid
+
+    def overlaps(self, start: int, end: int) -> bool:
+        """Whether ``[start, end)`` meets a mapped range."""
+        k = bisect_right(self.starts, end - 1) - 1
+        return k >= 0 and self.rows[self.starts[k]][0] > start
 
     def at(self, addr: int) -> int | None:
         k = bisect_right(self.starts, addr) - 1
@@ -171,6 +186,8 @@ class _Walk:
 
     def _map(self, i: int, start: int, end: int, stream: int) -> None:
         mapped = self.mapped
+        if end <= start or mapped.overlaps(start, end):
+            return  # over a mapped range: the trace contradicts itself (the history's anomalies say where)
         below = mapped.by_end.get((stream, start))
         above = mapped.rows.get(end)
         rid = None
@@ -201,8 +218,8 @@ class _Walk:
     def _unmap(self, i: int, start: int, end: int) -> None:
         mapped = self.mapped
         at = mapped.at(start)
-        if at is None:
-            return  # not a mapped range: the history's anomalies say so
+        if at is None or mapped.rows[at][0] < end:
+            return  # not inside one mapped range: the history's anomalies say so
         r_end, stream, rid = mapped.remove(at)
         r = self.res[rid]
         r.ranges -= 1
@@ -214,17 +231,27 @@ class _Walk:
             r.died = i
 
 
+def _oom_usable(history: SnapshotHistory) -> tuple[int, int] | None:
+    """``(reserved + device_free, event)`` at the ``oom`` entry where that sum is largest, or None without one."""
+    tl = history.timeline
+    best = None
+    for i in tl.oom_indices:
+        free = history.events[i].get("device_free")
+        if isinstance(free, int) and free >= 0:
+            usable = (tl.reserved_bytes[i - 1] if i else tl.initial["reserved_bytes"]) + free
+            if best is None or usable > best[0]:
+                best = (usable, i)
+    return best
+
+
 def _lower_bound(history: SnapshotHistory) -> tuple[int, str]:
     """The least device memory the recording allows, and why."""
     tl = history.timeline
     peak = max(tl.reserved_bytes, default=tl.initial["reserved_bytes"])
     lower, why = peak, f"its peak reserved {format_bytes(peak)}"
-    for i in tl.oom_indices:
-        free = history.events[i].get("device_free")
-        if isinstance(free, int) and free >= 0:
-            before = tl.reserved_bytes[i - 1] if i else tl.initial["reserved_bytes"]
-            if before + free > lower:
-                lower, why = before + free, f"the {format_bytes(free)} the driver had free at the OOM of event {i:,}"
+    usable = _oom_usable(history)
+    if usable is not None and usable[0] > lower:
+        lower, why = usable[0], f"the reserved and free bytes at the OOM of event {usable[1]:,}"
     return lower, why
 
 
@@ -251,7 +278,7 @@ def infer_device(history: SnapshotHistory) -> DeviceEstimate:
     Runtime complexity: O(n log r + r^2) for n events and r expandable reservations.
     """
     lower, lower_why = _lower_bound(history)
-    limits = _reservation_limits(history)
+    limits = [] if history.anomalies else _reservation_limits(history)
     if limits:
         limit, base, born = min(limits)
         upper = _largest_total(limit)
@@ -262,14 +289,26 @@ def infer_device(history: SnapshotHistory) -> DeviceEstimate:
                     f"the reservation at 0x{base:x} (opened {where}) has another's range "
                     f"{format_bytes(limit)} above it, and each reserves 1 1/8 of the device, so at most "
                     f"{upper:,} B (at least {max(packed, lower):,} B if they were packed as the driver packs them)")
-            return DeviceEstimate(upper, max(lower, min(packed, upper)), upper, "expandable reservations", note)
+            usable = _oom_usable(history)
+            context = 0 if usable is None else upper - usable[0]
+            if context:
+                note += (f"; {format_bytes(context)} of it held outside the cache (the OOM of event {usable[1]:,} "
+                         "shows what was reserved and free)")
+            return DeviceEstimate(upper, max(lower, min(packed, upper)), upper, "expandable reservations", note,
+                                  context)
     pairs = {(history.events[i].get("stream", 0), pool) for i, pool in history.pools.alloc_pool.items()}
     pairs |= {(b.stream, history.pools.initial_pool.get(b.address, DEFAULT_POOL)) for b in history.initial_blocks}
     slots = _SLOTS_PER_POOL * max(len(pairs), 1)
     room = _largest_total((VA_SPLIT - RESERVE_BASE) // slots) // (2 * MiB) * (2 * MiB)
     total = max(min(MAX_DEVICE_BYTES, room), lower)
-    why = "no expandable segment bounds it" if not limits else "its expandable segments contradict " + lower_why
+    why = ("its trace contradicts itself (history.anomalies)" if history.anomalies else
+           "no expandable segment bounds it" if not limits else "its expandable segments contradict " + lower_why)
     note = (f"device memory not in the recording ({why}): replayed as a device with no limit of its own "
             f"({format_bytes(total)}, room for {slots} expandable segments: {_SLOTS_PER_POOL} for each of its "
             f"{len(pairs)} stream/pool pairs); at least {format_bytes(lower)} ({lower_why})")
-    return DeviceEstimate(total, lower, None, "unknown", note)
+    usable = _oom_usable(history)
+    if usable is None:
+        return DeviceEstimate(total, lower, None, "unknown", note)
+    note += (f"; of it {format_bytes(usable[0])} usable, as its OOM of event {usable[1]:,} shows (the reserved bytes "
+             "plus the driver's device_free), the rest held outside the cache")
+    return DeviceEstimate(total, lower, None, "oom", note, total - usable[0])

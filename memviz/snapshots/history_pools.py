@@ -90,6 +90,8 @@ class PoolAssignment:
             range) that began there; -1: present at the start.
         guessed: the allocation and segment events in segments whose pool no snapshot recorded.
         captures: the captures the generator's registration showed (:class:`Capture`).
+        by_neighbours: how many of the ``inferred`` segments took the pool of the allocations around them (the
+            rest the capture rule named).
     """
 
     alloc_pool: dict[int, PoolId]
@@ -100,6 +102,7 @@ class PoolAssignment:
     ranges: dict[int, list[tuple[int, int, PoolId]]]
     guessed: frozenset[int] = frozenset()
     captures: tuple[Capture, ...] = ()
+    by_neighbours: int = 0
 
     def pool_at(self, index: int, address: int) -> PoolId:
         """The pool of the segment starting at ``address`` right after event ``index`` (-1: before the first)."""
@@ -258,7 +261,7 @@ def assign_pools(history: SnapshotHistory) -> PoolAssignment:
     name_from(history.final_segments)
     unnamed = {k for k in range(len(segs.parent)) if segs.find(k) == k and segs.pool[k] is None}
     captures = _captures(segs, events, alloc_sid) if registers_generator_at_capture(history.torch_version) else ()
-    _infer(segs, events, alloc_sid)
+    by_neighbours = _infer(segs, events, alloc_sid)
 
     def pool_of(sid: int) -> PoolId:
         return segs.pool[segs.find(sid)] or DEFAULT_POOL
@@ -273,6 +276,7 @@ def assign_pools(history: SnapshotHistory) -> PoolAssignment:
         guessed=frozenset(i for table in (alloc_sid, segment_sid) for i, s in table.items()
                           if segs.find(s) in unnamed),
         captures=tuple(captures),
+        by_neighbours=by_neighbours,
     )
 
 

@@ -7,8 +7,9 @@ them with the recording. Where they differ, every what-if of the recording would
 1. **Settings changed at run time.** Expandable-segment maps under settings without expandable segments (or
    ``cudaMalloc`` segments under settings with them): ``_set_allocator_settings`` was called, and no snapshot
    shows when.
-2. **An out-of-memory error the replay did not have** (or the other way round): the run was capped, or its GPU
-   was shared or smaller.
+2. **An out-of-memory error the replay did not have** (or the other way round, or retries the recording shows no
+   need for): the run was capped, or its GPU was shared, or the device given to the replay is not the recording's
+   (one of 16 TiB has address space for three expandable segments).
 3. **A pool no snapshot names.** torch's trace entries carry no pool; only a snapshot's segments do. A
    ``MemPool`` or a CUDA graph's pool created and released before the only snapshot leaves segments whose pool
    the replay had to guess (:attr:`~.history_pools.PoolAssignment.guessed`). When such a segment is where the
@@ -152,6 +153,11 @@ def _oom_evidence(history: SnapshotHistory, result: Any, first: int | None) -> s
     if extra:
         return (f"the replay ran out of memory at event {extra[0]:,}, on a {device} device, where the recording "
                 "did not")
+    retries = result.allocator.memory_stats()["num_alloc_retries"]
+    if retries and result.allowed_bytes is None and not history.timeline.oom_indices:
+        return (f"the replay, on a {device} device, had to release its cache and retry {retries} allocation"
+                f"{'s' if retries > 1 else ''} (out of memory, or of address space for expandable segments, each "
+                "of which reserves 1 1/8 of the device): the recording shows no such shortage")
     return None
 
 
@@ -173,7 +179,8 @@ def verdict(history: SnapshotHistory, result: Any, *, exact: bool, first_event: 
     reason = _oom_evidence(history, result, first_event)
     if reason is not None:
         return Verdict(False, "oom", reason, "give the cap it ran under (cap_bytes, or recorded_cap in "
-                       "WhatIfTable) or the device's size (device_total_bytes)", first_event)
+                       "WhatIfTable) and the device's real size (device_total_bytes), or no size: the recording's "
+                       "own is used", first_event)
     reason = _pool_evidence(history, result, first_event)
     if reason is not None:
         return Verdict(False, "pools", reason, POOL_REMEDY, first_event)

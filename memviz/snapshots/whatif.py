@@ -225,7 +225,8 @@ def replay(
         cap_bytes: cap the process at this many bytes, as ``set_per_process_memory_fraction(cap/total)``
             does (default: None).
         memory_fraction: or give the fraction itself (default: None, no cap).
-        context_bytes: bytes held outside the cache on the device (default: 0).
+        context_bytes: bytes held outside the cache on the device (default: 0; with no ``device_total_bytes``,
+            what the recording's OOM shows, ``source.recorded_device.context_bytes``).
         timeline: keep per-event reserved/allocated arrays (default: True).
         record_history: let the simulator keep its own trace, for export (default: False, faster).
         progress: ``tqdm.auto`` bar; None shows one from 50,000 requests (default: None).
@@ -244,6 +245,8 @@ def replay(
     fraction = _fraction(total, cap_bytes, memory_fraction)
     if not isinstance(alloc_conf, str):
         raise InputTypeError(f"alloc_conf must be a PYTORCH_CUDA_ALLOC_CONF string, not {type(alloc_conf).__name__}")
+    if recorded is not None and not context_bytes:
+        context_bytes = recorded.context_bytes
     sim = CachingAllocator(total, fraction, alloc_conf, context_bytes=context_bytes,
                            record_history=record_history)
     ops, where = compile_requests(history, sim.allowed_memory_bytes)
@@ -368,6 +371,9 @@ class FidelityReport:
             (:class:`~memviz.snapshots.verdict.Verdict`).
         notes: what the replay assumed that the recording does not say (the device's size, the torch version's
             capture rule).
+        caveats: what the recording leaves open that a what-if under another config depends on, though the
+            replay under the recorded config reproduces it (segments whose pool no snapshot names, releases that
+            may have been an allocation's retries under a cap); :meth:`describe` ends with them.
     """
 
     alloc_conf: str
@@ -385,6 +391,7 @@ class FidelityReport:
     result: ReplayResult = field(repr=False)
     verdict: Verdict = field(default_factory=lambda: Verdict(True))
     notes: list[str] = field(default_factory=list)
+    caveats: list[str] = field(default_factory=list)
 
     @property
     def replayable(self) -> bool:
@@ -419,6 +426,8 @@ class FidelityReport:
         outcome = "reproduces" if self.exact else "does not reproduce"
         final = "" if self.final_state_matches else "; the segments at the end differ"
         why = "" if self.verdict.replayable else f". It {self.verdict.describe()}"
+        if self.verdict.replayable and self.caveats:
+            why = ". Under other configs: " + "; ".join(self.caveats)
         return (f"replaying under the recorded config ({self.alloc_conf or 'default'}) {outcome} the recording: "
                 + matched("segment states match", self.states_matching, self.states_compared, "sampled events",
                           self.first_state_mismatch) + ", "
@@ -498,7 +507,8 @@ def check_fidelity(
         recorded_peak_reserved_bytes=recorded_peaks(history)[0],
         replayed_peak_reserved_bytes=result.peak_reserved_bytes,
         result=result,
-        notes=_notes(history, result, capped=cap_bytes is not None or memory_fraction is not None),
+        notes=_notes(history, result),
+        caveats=_caveats(history, capped=cap_bytes is not None or memory_fraction is not None),
     )
     firsts = [i for i in (first_r, first_a, state["first"]) if i is not None]
     report.verdict = verdict(history, result, exact=report.exact, first_event=min(firsts, default=None))
@@ -508,15 +518,29 @@ def check_fidelity(
     return report
 
 
-def _notes(history: SnapshotHistory, result: ReplayResult, *, capped: bool) -> list[str]:
-    """What the replay assumed that the recording does not say."""
-    notes = [] if result.device is None else [result.device.note]
+def _caveats(history: SnapshotHistory, *, capped: bool) -> list[str]:
+    """What a what-if under another config depends on that the recording leaves open."""
+    caveats = []
+    unnamed = history.pools.by_neighbours
+    if unnamed > 0:
+        caveats.append(f"{unnamed} segment{'s' if unnamed > 1 else ''} gone before the snapshot "
+                       f"{'have' if unnamed > 1 else 'has'} no recorded pool and {'were' if unnamed > 1 else 'was'} "
+                       "replayed in the pool of the allocations around (the device's own if none): a MemPool used "
+                       "and deleted before the snapshot can look the same under this config and not under another "
+                       "(expandable segments give each pool its own); snapshots taken while such a pool was alive "
+                       "(earlier_snapshots) settle it")
     retries = 0 if capped else _releases_before_new_segments(history)
     if retries:
-        notes.append(f"{retries} of its releases of cached segments come right before a new segment, as an "
-                     "allocation's own release and retry under a cap (set_per_process_memory_fraction) does, and as "
-                     "empty_cache() before an allocation does: replayed as empty_cache() calls (give the cap, "
-                     "recorded_cap_bytes, if the run had one)")
+        caveats.append(f"{retries} of its releases of cached segments come right before a new segment, as an "
+                       "allocation's own release and retry under a cap (set_per_process_memory_fraction) does, and "
+                       "as empty_cache() before an allocation does: replayed as empty_cache() calls (give the cap, "
+                       "recorded_cap_bytes, if the run had one)")
+    return caveats
+
+
+def _notes(history: SnapshotHistory, result: ReplayResult) -> list[str]:
+    """What the replay assumed that the recording does not say."""
+    notes = [] if result.device is None else [result.device.note]
     captures = history.pools.captures
     if captures:
         version = history.torch_version or "not given, taken as torch 2.11's rule"
