@@ -157,6 +157,19 @@ def test_golden_expandable_traces_bound_the_device() -> None:
     assert len(bounded) >= 4, bounded
 
 
+def test_reservations_opened_again_and_again_still_bound_the_device() -> None:
+    """A run that empties its cache every step re-reserves its two expandable segments each time (2,000 of them):
+    their bases repeat, and the bound is the same as for one of each (an 80 GiB simulated device)."""
+    a = CachingAllocator(80 << 30, None, "expandable_segments:True")
+    for _ in range(1000):
+        x, y = a.malloc(30 * MiB), a.malloc(100 * 1024, SIDE)
+        a.free(x), a.free(y)
+        a.empty_cache()
+    device = SnapshotHistory(a.snapshot(), progress=False).recorded_device
+    assert device.source == "expandable reservations"
+    assert device.lower_bytes <= 80 << 30 <= device.upper_bytes and device.upper_bytes - device.lower_bytes < 32 * MiB
+
+
 def test_a_16_tib_device_runs_out_of_address_space_and_says_so() -> None:
     """Issue 27's first defect: two streams' small and large expandable segments are four reservations of 1 1/8 of
     the device; on a 16 TiB device the fourth finds no address space and the replay releases the cache to retry.

@@ -104,7 +104,6 @@ class _Reservation:
     opened: bool  # whether ``base`` is where a map opened it (else: present at the start, base unknown)
     stream: int
     kind: str | None  # "small" / "large" from the first allocation into it
-    pool: tuple[int, int] | None  # its pool where a snapshot names it
     born: int  # event index; -1: live before the first event
     died: int = _NEVER
     ranges: int = 0  # mapped ranges live
@@ -147,8 +146,8 @@ class _Walk:
 
     def __init__(self, history: SnapshotHistory) -> None:
         self.history = history
-        self.pools = history.pools
         self.res: list[_Reservation] = []
+        self.live: dict[int, set[int]] = {}  # stream -> its live reservations
         self.mapped = _Mapped()
 
     def run(self) -> list[_Reservation]:
@@ -156,7 +155,7 @@ class _Walk:
         for seg in history._initial[0]:
             if seg.expandable:
                 kind = seg.kind if seg.kind in ("small", "large") else None
-                rid = self._new(seg.addr, False, seg.stream, -1, kind, None)
+                rid = self._new(seg.addr, False, seg.stream, -1, kind)
                 self._add(seg.addr, seg.addr + seg.size, seg.stream, rid)
         for i, e in enumerate(history.events):
             action = e.get("action")
@@ -173,9 +172,9 @@ class _Walk:
                         r.kind = "small" if small else "large"
         return self.res
 
-    def _new(self, base: int, opened: bool, stream: int, born: int, kind: str | None,
-             pool: tuple[int, int] | None) -> int:
-        self.res.append(_Reservation(base, opened, stream, kind, pool, born))
+    def _new(self, base: int, opened: bool, stream: int, born: int, kind: str | None) -> int:
+        self.res.append(_Reservation(base, opened, stream, kind, born))
+        self.live.setdefault(stream, set()).add(len(self.res) - 1)
         return len(self.res) - 1
 
     def _add(self, start: int, end: int, stream: int, rid: int) -> None:
@@ -208,12 +207,11 @@ class _Walk:
         """The reservation of a map that continues no mapped range: such a map starts at a reservation's base, so
         it is a live reservation's of its stream whose base is there (its pages there were unmapped and are mapped
         again; or at or below the lowest address seen of one present at the start), else a new one."""
-        for rid, r in enumerate(self.res):
-            if r.died == _NEVER and r.ranges and r.stream == stream and (
-                    start == r.base if r.opened else start <= r.base):
+        for rid in self.live.get(stream, ()):
+            r = self.res[rid]
+            if start == r.base if r.opened else start <= r.base:
                 return rid
-        pool = None if i in self.pools.guessed else self.pools.segment_pool.get(i, DEFAULT_POOL)
-        return self._new(start, True, stream, i, self.history._kind_after(i), pool)
+        return self._new(start, True, stream, i, self.history._kind_after(i))
 
     def _unmap(self, i: int, start: int, end: int) -> None:
         mapped = self.mapped
@@ -229,6 +227,7 @@ class _Walk:
             self._add(end, r_end, stream, rid)
         if r.ranges == 0:
             r.died = i
+            self.live[stream].discard(rid)
 
 
 def _oom_usable(history: SnapshotHistory) -> tuple[int, int] | None:
@@ -257,25 +256,48 @@ def _lower_bound(history: SnapshotHistory) -> tuple[int, str]:
 
 def _reservation_limits(history: SnapshotHistory) -> list[tuple[int, int, int]]:
     """``(limit on total + total // 8, reservation base, event)`` from each pair of expandable reservations live
-    at once: the lower one's reservation ends at or below the upper one's lowest address."""
-    res = _Walk(history).run()
+    at once, the upper one the nearest such: the lower one's reservation ends at or below the upper one's lowest
+    address. Reservations opened again at one base (after ``empty_cache`` unmapped them) are compared once, by
+    their lifetimes.
+
+    Runtime complexity: O(g^2 + g l) for g distinct (base, size class) and l lifetimes in all.
+    """
+    lives: dict[tuple[int, str | None, bool], list[tuple[int, int, int]]] = {}
+    for r in _Walk(history).run():
+        lives.setdefault((r.base, r.kind, r.opened), []).append((r.born, r.died, r.born))
+    groups = sorted(lives.items())
     limits = []
-    for low in res:
-        if not low.opened or low.kind is None:
+    for k, ((base, kind, opened), low) in enumerate(groups):
+        if not opened or kind is None:
             continue
-        page = rules.page_size(low.kind == "small", history.settings_at(max(low.born, 0)).config)
-        for high in res:
-            if high is low or high.base <= low.base or max(low.born, high.born) >= min(low.died, high.died):
+        page = rules.page_size(kind == "small", history.settings_at(max(low[0][0], 0)).config)
+        for (high_base, _, _), high in groups[k + 1:]:
+            if high_base <= base:
                 continue
-            room = high.base - low.base
-            limits.append((room // page * page, low.base, low.born))
+            together = _first_overlap(low, high)
+            if together is not None:
+                room = high_base - base
+                limits.append((room // page * page, base, together))
+                break
     return limits
+
+
+def _first_overlap(a: list[tuple[int, int, int]], b: list[tuple[int, int, int]]) -> int | None:
+    """The birth event of the first lifetime in ``a`` (sorted ``(born, died, born)``) that overlaps one in ``b``."""
+    j = 0
+    for born, died, _ in a:
+        while j < len(b) and b[j][1] <= born:
+            j += 1
+        if j < len(b) and b[j][0] < died:
+            return born
+    return None
 
 
 def infer_device(history: SnapshotHistory) -> DeviceEstimate:
     """The device memory of ``history``'s recording (see the module docstring).
 
-    Runtime complexity: O(n log r + r^2) for n events and r expandable reservations.
+    Runtime complexity: O(n (log m + s)) for n events, m mapped ranges and s live expandable segments per stream,
+    plus :func:`_reservation_limits`.
     """
     lower, lower_why = _lower_bound(history)
     limits = [] if history.anomalies else _reservation_limits(history)
