@@ -117,6 +117,10 @@ class SnapshotHistory:
             its CUDA graph captures followed (:func:`memviz.sim.graphs.registers_generator_at_capture`;
             default: None, taken as torch 2.11's).
 
+    Attributes beyond the arguments: :attr:`pools` (the private pool of every event), :attr:`recorded_device`
+    (the device's memory as the recording bounds it) and ``verdicts`` (the fidelity reports run on it, by device
+    and cap: :func:`~memviz.snapshots.check_fidelity` fills it, :func:`~memviz.snapshots.what_if` reads it).
+
     Runtime complexity: O(n·b) to build for n events and b blocks per segment; :meth:`state_at` replays
     at most 2048 events from the nearest stored state.
 
