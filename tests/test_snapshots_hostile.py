@@ -73,7 +73,11 @@ def test_device_must_be_a_trace_index(device: object) -> None:
         SnapshotHistory({"segments": [], "device_traces": [[]]}, device=3)
 
 
-SMALL = {"segments": [], "device_traces": [[_ev("segment_alloc", 0, 2 * M), _ev("alloc", 0, 1000)]]}
+SMALL = {"segments": [{**_seg(0, 2 * M), "segment_type": "small", "allocated_size": 1024, "active_size": 1024,
+                       "requested_size": 1000, "blocks": [
+                           {"address": 0, "size": 1024, "requested_size": 1000, "state": "active_allocated"},
+                           {"address": 1024, "size": 2 * M - 1024, "requested_size": 0, "state": "inactive"}]}],
+         "device_traces": [[_ev("segment_alloc", 0, 2 * M), _ev("alloc", 0, 1000)]]}
 
 
 @pytest.mark.parametrize(("kwargs", "error", "match"), [
@@ -93,4 +97,14 @@ def test_what_if_refuses_bad_arguments_by_name(kwargs: dict, error: type, match:
 
 def test_what_if_with_an_exact_cap() -> None:
     report = what_if(SMALL, [""], cap_bytes=2 * M, device_total_bytes=80 << 30, progress=False)
+    assert report.fidelity is not None and report.fidelity.exact, report.fidelity.describe()
     assert report.results["default"].allowed_bytes == 2 * M
+
+
+def test_a_snapshot_its_trace_does_not_lead_to_is_not_replayed() -> None:
+    """The trace leaves a block allocated that the final segments do not hold: nothing is replayed under the
+    what-if's configs, and the table says why."""
+    report = what_if({**SMALL, "segments": []}, [""], progress=False)
+    assert not report.replayable and report.results == {}
+    assert report.fidelity is not None and report.fidelity.reason is not None
+    assert "cannot be replayed exactly" in report.table().replace("\n", " ")

@@ -92,11 +92,11 @@ def test_a_smaller_cap_gives_an_oom_and_says_where(history):
 
 
 def test_recorded_oom_is_retried_under_the_what_if():
-    # a tiny recording with an OOM: 2 GiB allowed, 1.5 GiB live, a 1 GiB request fails
+    # a tiny recording with an OOM: 2 GiB allowed, 1.5 GiB live, a 1 GiB request fails (the driver had 100 GiB free)
     snap = {"segments": [], "device_traces": [[
         {"action": "segment_alloc", "addr": 1 << 30, "size": 1536 * MiB, "stream": 0},
         {"action": "alloc", "addr": 1 << 30, "size": 1536 * MiB, "stream": 0},
-        {"action": "oom", "size": 1024 * MiB, "device_free": 0, "stream": 0},
+        {"action": "oom", "size": 1024 * MiB, "device_free": 100 << 30, "stream": 0},
         {"action": "free_requested", "addr": 1 << 30, "size": 1536 * MiB, "stream": 0},
         {"action": "free_completed", "addr": 1 << 30, "size": 1536 * MiB, "stream": 0},
     ]], "allocator_settings": {}}
@@ -106,6 +106,9 @@ def test_recorded_oom_is_retried_under_the_what_if():
     assert small.oom_event_indices == [2] and small.recorded_ooms_avoided == []
     big = replay(h, "", cap_bytes=4 << 30, progress=False)
     assert big.num_ooms == 0 and big.recorded_ooms_avoided == [2]
+    full = replay({**snap, "device_traces": [[{**e, "device_free": 0} if e["action"] == "oom" else e
+                                              for e in snap["device_traces"][0]]]}, "", progress=False)
+    assert full.oom_event_indices == [2]  # the driver had nothing free: no cap serves it on that device
 
 
 def test_a_fidelity_report_that_differs_says_where():
@@ -132,7 +135,10 @@ def test_fidelity_compares_the_final_state_too():
     assert fid.reserved_matches == fid.allocated_matches == fid.events_compared
     assert fid.states_matching == fid.states_compared
     assert not fid.final_state_matches and not fid.exact
-    assert fid.describe().endswith("requests; the segments at the end differ")
+    assert fid.describe().endswith("requests; the segments at the end differ. It cannot be replayed exactly: the "
+                                   f"replay under the recorded config differs from the recording at the end; "
+                                   f"{fid.remedy}")
+    assert (fid.replayable, fid.verdict.cause, fid.verdict.first_event) == (False, "differs", None)
 
 
 def test_train_snapshot_fidelity_and_errors():

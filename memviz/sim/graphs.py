@@ -21,7 +21,10 @@ torch's Python objects drive four allocator calls — ``beginAllocateToPool``, `
 Pool ids follow torch: ``MemPool()`` and ``graph_pool_handle()`` give ``(0, n)`` from one counter, a
 capture without ``pool=`` makes ``(n, 0)`` from another, each starting at 1 per allocator. Every capture
 registers the default CUDA generator (:func:`default_generator`), whose two 8-byte tensors live while any
-graph does (the 2 MiB segment left above, on the capture stream).
+graph does (the 2 MiB segment left above, on the capture stream). That is torch 2.11's rule (the H200's
+recordings show it), from pytorch#114068's ``CUDAGeneratorState::register_graph`` up to torch 2.13; torch 2.14
+registers a generator lazily, at its first random op inside a capture, with its state on the default stream
+(pytorch#176753): :func:`registers_generator_at_capture` tells them apart by version.
 """
 
 from __future__ import annotations
@@ -38,14 +41,45 @@ from .pools import PoolId
 if TYPE_CHECKING:
     from .allocator import CachingAllocator
 
-__all__ = ["DEFAULT_CAPTURE_STREAM", "GENERATOR_TENSOR_BYTES", "CUDAGeneratorState", "CUDAGraph", "MemPool",
-           "default_generator", "graph", "graph_pool_handle", "use_mem_pool"]
+__all__ = ["DEFAULT_CAPTURE_STREAM", "GENERATOR_TENSOR_BYTES", "LAZY_GENERATOR_VERSION", "CUDAGeneratorState",
+           "CUDAGraph", "MemPool", "default_generator", "graph", "graph_pool_handle", "registers_generator_at_capture",
+           "torch_version_tuple", "use_mem_pool"]
 
 DEFAULT_CAPTURE_STREAM = 7  # the side stream torch.cuda.graph captures on unless told (any id the program leaves free)
 
 GENERATOR_TENSOR_BYTES = 8
 """Bytes of each of ``CUDAGeneratorState``'s ``seed_extragraph_`` and ``offset_extragraph_``
 (``at::empty({1}, kLong)``)."""
+
+LAZY_GENERATOR_VERSION = (2, 14)
+"""The first torch version whose ``CUDAGraph::capture_begin`` no longer registers the default generator: from
+torch 2.14 a generator registers with a graph at its first random op inside the capture and keeps its state on
+the default stream (pytorch#176753, "Deprecate ``CUDAGraph.register_generator_state()``" in the 2.14 notes)."""
+
+
+def torch_version_tuple(version: str) -> tuple[int, int]:
+    """``(major, minor)`` of a torch version string (``"2.11.0+cu130"`` → ``(2, 11)``).
+
+    Raises:
+        InputError: not a version torch prints.
+    """
+    parts = str(version).split("+")[0].split(".")
+    try:
+        return int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or "x")
+    except (ValueError, IndexError):
+        raise InputError(f"torch_version {version!r} is not a torch version such as '2.11.0+cu130'") from None
+
+
+def registers_generator_at_capture(torch_version: str | None) -> bool:
+    """Whether ``capture_begin`` of this torch version registers the default CUDA generator with the graph, whose
+    first registration allocates its seed and offset (:data:`GENERATOR_TENSOR_BYTES` each) on the capture stream
+    in the device's own pool: up to torch 2.13 (:data:`LAZY_GENERATOR_VERSION`). None (a recording that does not
+    say) is taken as such a version: torch 2.11's rule, the one this simulator was checked against.
+
+    (Before pytorch#114068, torch 2.3 or so, every capture made its own two tensors, held by its graph: not
+    modelled.)
+    """
+    return torch_version is None or torch_version_tuple(torch_version) < LAZY_GENERATOR_VERSION
 
 
 class CUDAGeneratorState:

@@ -25,8 +25,10 @@ from typing import Any
 
 from memviz.errors import SnapshotError
 from memviz.sim.constants import SMALL_BUFFER, SMALL_SIZE
+from memviz.sim.graphs import torch_version_tuple
 from memviz.sim.limits import INT64_MAX, check_index
 
+from .device import DeviceEstimate, infer_device
 from .history_pools import EarlierSnapshot, PoolAssignment, assign_pools
 from .history_pools import earlier_snapshots as earlier_snapshots_of
 from .load import TRACE_ACTIONS, load_snapshot
@@ -111,6 +113,13 @@ class SnapshotHistory:
         earlier_snapshots: snapshots taken earlier in the same run (paths, dicts, ...): their segments
             name the private pool of segments gone by the end (:attr:`pools`), their settings the
             ``_set_allocator_settings`` calls in between (:attr:`earlier`; default: none).
+        torch_version: the torch that recorded it (``torch.__version__``; a snapshot does not say): which rules
+            its CUDA graph captures followed (:func:`memviz.sim.graphs.registers_generator_at_capture`;
+            default: None, taken as torch 2.11's).
+
+    Attributes beyond the arguments: :attr:`pools` (the private pool of every event), :attr:`recorded_device`
+    (the device's memory as the recording bounds it) and ``verdicts`` (the fidelity reports run on it, by device
+    and cap: :func:`~memviz.snapshots.check_fidelity` fills it, :func:`~memviz.snapshots.what_if` reads it).
 
     Runtime complexity: O(n·b) to build for n events and b blocks per segment; :meth:`state_at` replays
     at most 2048 events from the nearest stored state.
@@ -123,10 +132,15 @@ class SnapshotHistory:
     """
 
     def __init__(self, snapshot: Any, device: int = 0, *, progress: bool | None = None,
-                 earlier_snapshots: Iterable[Any] = ()) -> None:
+                 earlier_snapshots: Iterable[Any] = (), torch_version: str | None = None) -> None:
         device = check_index(device, "device", high=INT64_MAX, what="(a CUDA device index)")
+        if torch_version is not None:
+            torch_version_tuple(torch_version)  # a clear error now, not at the first replay
+        self.torch_version = torch_version
         self._pools: PoolAssignment | None = None
         self._private: bool | None = None
+        self._device: DeviceEstimate | None = None
+        self.verdicts: dict[tuple, Any] = {}  # fidelity reports by recorded device and cap (memviz.snapshots.whatif)
         self.snapshot: dict[str, Any] = load_snapshot(snapshot)
         self.device = device
         traces = self.snapshot["device_traces"]
@@ -189,6 +203,13 @@ class SnapshotHistory:
         if self._pools is None:
             self._pools = assign_pools(self)
         return self._pools
+
+    @property
+    def recorded_device(self) -> DeviceEstimate:
+        """The recording's device memory as the recording bounds it (:func:`~.device.infer_device`)."""
+        if self._device is None:
+            self._device = infer_device(self)
+        return self._device
 
     # ------------------------------------------------------------------------------------------
     # Backwards: the state before the first event

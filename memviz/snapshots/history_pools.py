@@ -6,9 +6,20 @@ device's own pools, ``(n, 0)`` a graph's pool, ``(0, n)`` a ``MemPool`` or ``gra
 ``segment_free`` ends it; an expandable segment's ``segment_map`` ranges that touch on one stream are one
 segment — and names its pool from the segments of the final snapshot and of any earlier snapshot of the
 same recording (a snapshot whose trace is a prefix of this one, e.g. one taken after each phase of a
-program). A segment gone before every snapshot that was given has no recorded pool: it takes the pool of
-the nearest allocations on its stream (before and after its first one) that have one, when they agree,
-else the device's own (``(0, 0)``); :attr:`PoolAssignment.inferred` counts them.
+program). A segment gone before every snapshot that was given has no recorded pool (:attr:`PoolAssignment.guessed`
+lists the events in such segments):
+
+- A CUDA graph's capture, where the recording's torch version registers the default generator at
+  ``capture_begin`` (:func:`memviz.sim.graphs.registers_generator_at_capture`; up to torch 2.13): two 8-byte
+  allocations in a row on a side stream, while no such pair is live, are the generator's seed and offset, in
+  the device's own pool; the stream's allocations after them, until the pair is freed (the last graph
+  deleted), went to the capture's pool: the private pool the snapshots name on that stream then, else a
+  graph pool of their own (:attr:`PoolAssignment.captures`).
+- Any other takes the pool of the nearest allocations on its stream (before and after its first one) that
+  have one, when they agree, else the device's own (``(0, 0)``).
+
+:attr:`PoolAssignment.inferred` counts the segments named either way; whether the guess holds, only a replay
+can tell (:func:`memviz.snapshots.check_fidelity` says which recordings cannot be replayed, and why).
 """
 
 from __future__ import annotations
@@ -18,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from memviz.sim.graphs import GENERATOR_TENSOR_BYTES, registers_generator_at_capture
 from memviz.sim.pools import DEFAULT_POOL, PoolId
 
 from .load import load_snapshot
@@ -26,7 +38,7 @@ from .settings import RecordedSettings, settings_from_snapshot
 if TYPE_CHECKING:
     from .history import SnapshotHistory
 
-__all__ = ["EarlierSnapshot", "PoolAssignment", "assign_pools", "earlier_snapshots"]
+__all__ = ["Capture", "EarlierSnapshot", "PoolAssignment", "assign_pools", "earlier_snapshots"]
 
 _NEVER = 1 << 62  # the end of a segment still present at the end
 
@@ -45,6 +57,24 @@ class EarlierSnapshot(NamedTuple):
     settings: RecordedSettings
 
 
+class Capture(NamedTuple):
+    """CUDA graph captures found by the default generator's registration (see the module docstring).
+
+    Attributes:
+        stream: the capture stream.
+        generator_events: the two 8-byte allocations (the generator's seed and offset, in the device's pool).
+        end: the event that freed them (the last graph deleted), or None if they live at the end.
+        pool: the pool the stream's allocations in between were given.
+        named: whether a snapshot names that pool (else it is one of its own, ``(n, 0)`` past every named one).
+    """
+
+    stream: int
+    generator_events: tuple[int, int]
+    end: int | None
+    pool: PoolId
+    named: bool
+
+
 @dataclass
 class PoolAssignment:
     """The pool of each allocation and segment event of a trace.
@@ -58,6 +88,10 @@ class PoolAssignment:
         inferred: those whose pool no snapshot recorded (see the module docstring).
         ranges: start address → ``(first event, last event + 1, pool)`` of each segment (or expandable mapped
             range) that began there; -1: present at the start.
+        guessed: the allocation and segment events in segments whose pool no snapshot recorded.
+        captures: the captures the generator's registration showed (:class:`Capture`).
+        by_neighbours: how many of the ``inferred`` segments took the pool of the allocations around them (the
+            rest the capture rule named).
     """
 
     alloc_pool: dict[int, PoolId]
@@ -66,6 +100,9 @@ class PoolAssignment:
     segments: int
     inferred: int
     ranges: dict[int, list[tuple[int, int, PoolId]]]
+    guessed: frozenset[int] = frozenset()
+    captures: tuple[Capture, ...] = ()
+    by_neighbours: int = 0
 
     def pool_at(self, index: int, address: int) -> PoolId:
         """The pool of the segment starting at ``address`` right after event ``index`` (-1: before the first)."""
@@ -222,7 +259,9 @@ def assign_pools(history: SnapshotHistory) -> PoolAssignment:
         if i + 1 in hints:
             name_from(hints[i + 1])
     name_from(history.final_segments)
-    inferred = _infer(segs, events, alloc_sid)
+    unnamed = {k for k in range(len(segs.parent)) if segs.find(k) == k and segs.pool[k] is None}
+    captures = _captures(segs, events, alloc_sid) if registers_generator_at_capture(history.torch_version) else ()
+    by_neighbours = _infer(segs, events, alloc_sid)
 
     def pool_of(sid: int) -> PoolId:
         return segs.pool[segs.find(sid)] or DEFAULT_POOL
@@ -232,8 +271,12 @@ def assign_pools(history: SnapshotHistory) -> PoolAssignment:
         segment_pool={i: pool_of(s) for i, s in segment_sid.items()},
         initial_pool={addr: pool_of(s) for addr, s in initial_sid.items()},
         segments=sum(1 for k in range(len(segs.parent)) if segs.find(k) == k),
-        inferred=inferred,
+        inferred=len(unnamed),
         ranges={start: [(b, d, pool_of(sid)) for b, d, sid in lives] for start, lives in ranges.lives.items()},
+        guessed=frozenset(i for table in (alloc_sid, segment_sid) for i, s in table.items()
+                          if segs.find(s) in unnamed),
+        captures=tuple(captures),
+        by_neighbours=by_neighbours,
     )
 
 
@@ -270,6 +313,65 @@ def _unmap(ranges: _Ranges, start: int, end: int) -> int | None:
     if end < r_end:
         ranges.add(end, r_end, sid, stream, expandable)
     return sid
+
+
+def _generator_pairs(events: Sequence[Mapping[str, Any]]) -> list[tuple[int, int, int | None]]:
+    """``(first, second, freed)``: each pair of 8-byte allocations in a row on a side stream while no such pair
+    lives (the default generator's seed and offset), and the event that freed the later of the two (None: live
+    at the end)."""
+    pairs = []
+    live: tuple[int, set[int]] | None = None  # the pair's position in ``pairs`` and its addresses still live
+    n = len(events)
+    for i, e in enumerate(events):
+        action = e.get("action")
+        if live is not None:
+            if action == "free_requested" and e.get("addr") in live[1]:
+                live[1].discard(e["addr"])
+                if not live[1]:
+                    first, second, _ = pairs[live[0]]
+                    pairs[live[0]] = (first, second, i)
+                    live = None
+            continue
+        if action != "alloc" or e.get("size") != GENERATOR_TENSOR_BYTES or not e.get("stream", 0):
+            continue
+        j = i + 1
+        while j < n and events[j].get("action") in ("snapshot", "annotate"):
+            j += 1
+        nxt = events[j] if j < n else {}
+        if nxt.get("action") == "alloc" and nxt.get("size") == GENERATOR_TENSOR_BYTES \
+                and nxt.get("stream", 0) == e.get("stream", 0):
+            pairs.append((i, j, None))
+            live = (len(pairs) - 1, {e["addr"], nxt["addr"]})
+    return pairs
+
+
+def _captures(segs: _Segments, events: Sequence[Mapping[str, Any]], alloc_sid: dict[int, int]) -> list[Capture]:
+    """Name the segments no snapshot named that a capture allocated into (see the module docstring)."""
+    captures = []
+    next_graph = 1 + max((p[0] for p in segs.pool if p is not None), default=0)
+    for first, second, freed in _generator_pairs(events):
+        stream = events[first].get("stream", 0)
+        end = len(events) if freed is None else freed
+        holders = {segs.find(alloc_sid[k]) for k in (first, second) if k in alloc_sid}
+        for root in holders:
+            if segs.pool[root] is None:
+                segs.pool[root] = DEFAULT_POOL  # the generator's own segment
+        inside = {segs.find(alloc_sid[k]) for k in range(second + 1, end)
+                  if k in alloc_sid and events[k].get("stream", 0) == stream} - holders
+        named = {segs.pool[r] for r in inside if segs.pool[r] not in (None, DEFAULT_POOL)}
+        if len(named) == 1:
+            pool, is_named = named.pop(), True
+        else:
+            pool, is_named = (next_graph, 0), False
+        unnamed = [r for r in inside if segs.pool[r] is None]
+        if not unnamed:
+            continue
+        if not is_named:
+            next_graph += 1
+        for r in unnamed:
+            segs.pool[r] = pool
+        captures.append(Capture(stream, (first, second), freed, pool, is_named))
+    return captures
 
 
 def _infer(segs: _Segments, events: Sequence[Mapping[str, Any]], alloc_sid: dict[int, int]) -> int:

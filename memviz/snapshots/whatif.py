@@ -9,7 +9,13 @@ cache. Blocks that were live when recording started (a model's parameters, see
 
 :func:`check_fidelity` replays under the recorded config and compares with the recording, event by
 event (reserved and allocated bytes) and at sampled events (the segments' sizes and block layouts):
-the what-if numbers are only as good as that match. All sizes are bytes.
+the what-if numbers are only as good as that match. Where it fails, the recording cannot be replayed exactly,
+and :func:`what_if` says why (:mod:`memviz.snapshots.verdict`: e.g. a private pool no snapshot names) instead
+of replaying it under other configs.
+
+The device is the recording's own unless one is given: its memory as the recording bounds it
+(:mod:`memviz.snapshots.device`), or, where nothing bounds it, a device with no limit of its own whose address
+space holds every expandable segment the replay makes. All sizes are bytes.
 """
 
 from __future__ import annotations
@@ -21,16 +27,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memviz.errors import InputError, InputTypeError, SnapshotError
-from memviz.sim import CachingAllocator, Op, OutOfMemoryError, fraction_for_cap
+from memviz.sim import CachingAllocator, Op, OutOfMemoryError, fraction_for_cap, parse_alloc_conf
 from memviz.sim import replay as replay_ops
 from memviz.sim.constants import MiB
 from memviz.sim.limits import MAX_DEVICE_BYTES, check_bytes, check_fraction
 from memviz.sim.replay import PROBE
 from memviz.tables import format_table
 
+from .device import DeviceEstimate
 from .history import TRACE_ACTION_CODES, SnapshotHistory
 from .history_ops import compile_requests
 from .progress import progress_bar
+from .verdict import Verdict, verdict
 
 __all__ = [
     "TABLE_HEADERS",
@@ -46,7 +54,6 @@ __all__ = [
     "what_if",
 ]
 
-UNLIMITED_DEVICE_BYTES = MAX_DEVICE_BYTES  # default simulated device: 16 TiB, so only a cap can cause an OOM
 _REQUEST_CODES = tuple(TRACE_ACTION_CODES.index(a) for a in ("alloc", "free_completed", "oom"))
 
 TABLE_HEADERS = ("config", "peak\nreserved", "peak\nallocated", "OOMs", "first\nOOM", "cudaMalloc", "cudaFree",
@@ -78,6 +85,15 @@ def recorded_peaks(history: SnapshotHistory) -> tuple[int, int]:
     tl = history.timeline
     return (max(tl.reserved_bytes, default=tl.initial["reserved_bytes"]),
             max(tl.allocated_bytes, default=tl.initial["allocated_bytes"]))  # fmt: skip
+
+
+def _check_device(history: SnapshotHistory, device_total_bytes: int | None, cap_bytes: int | None,
+                  memory_fraction: float | None) -> None:
+    """Refuse a device size, cap or fraction :func:`replay` would refuse, before anything is replayed."""
+    total = history.recorded_device.total_bytes if device_total_bytes is None else check_bytes(
+        device_total_bytes, "device_total_bytes", low=1, high=MAX_DEVICE_BYTES,
+        why="the simulator models devices of up to 16 TiB")
+    _fraction(total, cap_bytes, memory_fraction)
 
 
 def _fraction(device_total_bytes: int, cap_bytes: int | None, memory_fraction: float | None) -> float | None:
@@ -117,6 +133,10 @@ class ReplayResult:
         seconds: wall time of the replay.
         allocator: the simulator after the replay (export it with
             :func:`~memviz.snapshots.dump_snapshot`).
+        device: the recording's device as inferred (:class:`~memviz.snapshots.device.DeviceEstimate`) when no
+            ``device_total_bytes`` was given, else None.
+        verdict: whether the recording can be replayed exactly, when a fidelity check of it ran before (under
+            its recorded device and no cap), else None (:func:`check_fidelity` tells).
     """
 
     name: str
@@ -140,6 +160,8 @@ class ReplayResult:
     allocated_bytes: array | None
     seconds: float
     allocator: Any = field(repr=False)
+    device: DeviceEstimate | None = None
+    verdict: Verdict | None = None
 
     def summary(self) -> dict[str, Any]:
         """Return the scalar results as a flat dict (bytes; for tables and widgets)."""
@@ -197,12 +219,14 @@ def replay(
         source: a :class:`SnapshotHistory`, or anything :func:`load_snapshot` takes.
         alloc_conf: the ``PYTORCH_CUDA_ALLOC_CONF`` to try (default: "", torch's defaults).
         name: label for reports (default: ``alloc_conf`` or ``"default"``).
-        device_total_bytes: simulated device capacity in bytes, at most 16 TiB (default: 16 TiB,
-            :data:`memviz.sim.MAX_DEVICE_BYTES`, i.e. no device limit for any real job).
+        device_total_bytes: simulated device capacity in bytes, at most 16 TiB (default: the recording's,
+            ``source.recorded_device``: inferred from its expandable segments, else a device with no limit of its
+            own and room for every expandable segment the replay makes).
         cap_bytes: cap the process at this many bytes, as ``set_per_process_memory_fraction(cap/total)``
             does (default: None).
         memory_fraction: or give the fraction itself (default: None, no cap).
-        context_bytes: bytes held outside the cache on the device (default: 0).
+        context_bytes: bytes held outside the cache on the device (default: 0; with no ``device_total_bytes``,
+            what the recording's OOM shows, ``source.recorded_device.context_bytes``).
         timeline: keep per-event reserved/allocated arrays (default: True).
         record_history: let the simulator keep its own trace, for export (default: False, faster).
         progress: ``tqdm.auto`` bar; None shows one from 50,000 requests (default: None).
@@ -214,12 +238,15 @@ def replay(
     Runtime complexity: O(n) simulator calls for n recorded events (:func:`memviz.sim.replay`).
     """
     history = _as_history(source, progress)
-    total = UNLIMITED_DEVICE_BYTES if device_total_bytes is None else check_bytes(
+    recorded = history.recorded_device if device_total_bytes is None else None
+    total = recorded.total_bytes if recorded is not None else check_bytes(
         device_total_bytes, "device_total_bytes", low=1, high=MAX_DEVICE_BYTES,
         why="the simulator models devices of up to 16 TiB")
     fraction = _fraction(total, cap_bytes, memory_fraction)
     if not isinstance(alloc_conf, str):
         raise InputTypeError(f"alloc_conf must be a PYTORCH_CUDA_ALLOC_CONF string, not {type(alloc_conf).__name__}")
+    if recorded is not None and not context_bytes:
+        context_bytes = recorded.context_bytes
     sim = CachingAllocator(total, fraction, alloc_conf, context_bytes=context_bytes,
                            record_history=record_history)
     ops, where = compile_requests(history, sim.allowed_memory_bytes)
@@ -299,7 +326,15 @@ def replay(
         allocated_bytes=allocated,
         seconds=seconds,
         allocator=sim,
+        device=recorded,
+        verdict=_cached_verdict(history),
     )
+
+
+def _cached_verdict(history: SnapshotHistory) -> Verdict | None:
+    """The verdict of a fidelity check already run on ``history`` under its recorded device and no cap."""
+    report = history.verdicts.get((None, None, None))
+    return None if report is None else report.verdict
 
 
 # --------------------------------------------------------------------------------------------------
@@ -332,6 +367,13 @@ class FidelityReport:
             (what follows the last request, such as an ``empty_cache()``, shows only there).
         recorded_peak_reserved_bytes / replayed_peak_reserved_bytes: the two peaks.
         result: the replay itself.
+        verdict: whether the recording can be replayed exactly, and if not the reason and the remedy
+            (:class:`~memviz.snapshots.verdict.Verdict`).
+        notes: what the replay assumed that the recording does not say (the device's size, the torch version's
+            capture rule).
+        caveats: what the recording leaves open that a what-if under another config depends on, though the
+            replay under the recorded config reproduces it (segments whose pool no snapshot names, releases that
+            may have been an allocation's retries under a cap); :meth:`describe` ends with them.
     """
 
     alloc_conf: str
@@ -347,6 +389,24 @@ class FidelityReport:
     recorded_peak_reserved_bytes: int
     replayed_peak_reserved_bytes: int
     result: ReplayResult = field(repr=False)
+    verdict: Verdict = field(default_factory=lambda: Verdict(True))
+    notes: list[str] = field(default_factory=list)
+    caveats: list[str] = field(default_factory=list)
+
+    @property
+    def replayable(self) -> bool:
+        """Whether the recording can be replayed exactly (:attr:`exact`): what-ifs of it can be trusted."""
+        return self.verdict.replayable
+
+    @property
+    def reason(self) -> str | None:
+        """Why it cannot be replayed exactly (None when it can)."""
+        return self.verdict.reason
+
+    @property
+    def remedy(self) -> str | None:
+        """What would make it replayable (None when it is)."""
+        return self.verdict.remedy
 
     @property
     def exact(self) -> bool:
@@ -363,15 +423,18 @@ class FidelityReport:
             where = "" if first is None else f" (first difference at event {first:,})"
             return f"{what} at {ok:,} of {total:,} {unit}{where}"
 
-        verdict = "reproduces" if self.exact else "does not reproduce"
+        outcome = "reproduces" if self.exact else "does not reproduce"
         final = "" if self.final_state_matches else "; the segments at the end differ"
-        return (f"replaying under the recorded config ({self.alloc_conf or 'default'}) {verdict} the recording: "
+        why = "" if self.verdict.replayable else f". It {self.verdict.describe()}"
+        if self.verdict.replayable and self.caveats:
+            why = ". Under other configs: " + "; ".join(self.caveats)
+        return (f"replaying under the recorded config ({self.alloc_conf or 'default'}) {outcome} the recording: "
                 + matched("segment states match", self.states_matching, self.states_compared, "sampled events",
                           self.first_state_mismatch) + ", "
                 + matched("reserved bytes", self.reserved_matches, self.events_compared, "requests",
                           self.first_reserved_mismatch) + ", "
                 + matched("allocated bytes", self.allocated_matches, self.events_compared, "requests",
-                          self.first_allocated_mismatch) + final)  # fmt: skip
+                          self.first_allocated_mismatch) + final + why)  # fmt: skip
 
 
 def check_fidelity(
@@ -391,8 +454,12 @@ def check_fidelity(
         samples: how many evenly spaced requests (plus the last) to compare segment by segment
             (default: 24).
         progress: ``tqdm.auto`` bar (default: None, automatic).
+
+    The report is kept on the history (``history.verdicts``, by device and cap): :func:`what_if` and
+    :func:`replay` of the same history read its :attr:`~FidelityReport.verdict`.
     """
     history = _as_history(source, progress)
+    key = (device_total_bytes, cap_bytes, memory_fraction)
     conf = history.settings.alloc_conf()
     tl = history.timeline
     requests = [i for i, c in enumerate(tl.action) if c in _REQUEST_CODES]
@@ -426,7 +493,7 @@ def check_fidelity(
             a_ok += 1
         elif first_a is None:
             first_a = i
-    return FidelityReport(
+    report = FidelityReport(
         alloc_conf=conf,
         events_compared=compared,
         reserved_matches=r_ok,
@@ -440,7 +507,67 @@ def check_fidelity(
         recorded_peak_reserved_bytes=recorded_peaks(history)[0],
         replayed_peak_reserved_bytes=result.peak_reserved_bytes,
         result=result,
+        notes=_notes(history, result),
+        caveats=_caveats(history, capped=cap_bytes is not None or memory_fraction is not None),
     )
+    firsts = [i for i in (first_r, first_a, state["first"]) if i is not None]
+    report.verdict = verdict(history, result, exact=report.exact, first_event=min(firsts, default=None))
+    history.verdicts[key] = report
+    if key == (None, None, None):
+        result.verdict = report.verdict
+    return report
+
+
+def _caveats(history: SnapshotHistory, *, capped: bool) -> list[str]:
+    """What a what-if under another config depends on that the recording leaves open."""
+    caveats = []
+    unnamed = history.pools.by_neighbours
+    if unnamed > 0:
+        caveats.append(f"{unnamed} segment{'s' if unnamed > 1 else ''} gone before the snapshot "
+                       f"{'have' if unnamed > 1 else 'has'} no recorded pool and {'were' if unnamed > 1 else 'was'} "
+                       "replayed in the pool of the allocations around (the device's own if none): a MemPool used "
+                       "and deleted before the snapshot can look the same under this config and not under another "
+                       "(expandable segments give each pool its own); snapshots taken while such a pool was alive "
+                       "(earlier_snapshots) settle it")
+    retries = 0 if capped else _releases_before_new_segments(history)
+    if retries:
+        caveats.append(f"{retries} of its releases of cached segments come right before a new segment, as an "
+                       "allocation's own release and retry under a cap (set_per_process_memory_fraction) does, and "
+                       "as empty_cache() before an allocation does: replayed as empty_cache() calls (give the cap, "
+                       "recorded_cap_bytes, if the run had one)")
+    return caveats
+
+
+def _notes(history: SnapshotHistory, result: ReplayResult) -> list[str]:
+    """What the replay assumed that the recording does not say."""
+    notes = [] if result.device is None else [result.device.note]
+    captures = history.pools.captures
+    if captures:
+        version = history.torch_version or "not given, taken as torch 2.11's rule"
+        first = captures[0]
+        notes.append(f"{len(captures)} CUDA graph capture{'s' if len(captures) > 1 else ''} found by the default "
+                     f"generator's registration (torch {version}: capture_begin allocates its two 8-byte tensors "
+                     f"on the capture stream, here 0x{first.stream:x} at events {first.generator_events[0]:,} and "
+                     f"{first.generator_events[1]:,}, before the capture's pool takes over)")
+    return notes
+
+
+def _releases_before_new_segments(history: SnapshotHistory) -> int:
+    """How many runs of ``segment_free`` / ``segment_unmap`` entries the next memory event after is a new segment."""
+    events = history.events
+    count = 0
+    k = 0
+    n = len(events)
+    while k < n:
+        if events[k].get("action") not in ("segment_free", "segment_unmap"):
+            k += 1
+            continue
+        while k < n and events[k].get("action") in ("segment_free", "segment_unmap", "free_completed", "snapshot",
+                                                    "annotate"):
+            k += 1
+        if k < n and events[k].get("action") in ("segment_alloc", "segment_map", "oom"):
+            count += 1
+    return count
 
 
 # --------------------------------------------------------------------------------------------------
@@ -452,8 +579,10 @@ class WhatIfReport:
     """Several configs replayed on the same recorded requests, plus the fidelity check.
 
     Attributes:
-        results: one :class:`ReplayResult` per config, by name, in the order given.
-        fidelity: the recorded-config check (:func:`check_fidelity`), or None if skipped.
+        results: one :class:`ReplayResult` per config, by name, in the order given; empty when the recording
+            cannot be replayed exactly (:attr:`replayable`).
+        fidelity: the recorded-config check (:func:`check_fidelity`, under the device and cap the recording ran
+            with), or None if skipped.
         recorded_peak_reserved_bytes / recorded_peak_allocated_bytes: what the recording itself shows.
     """
 
@@ -461,6 +590,12 @@ class WhatIfReport:
     fidelity: FidelityReport | None
     recorded_peak_reserved_bytes: int
     recorded_peak_allocated_bytes: int
+
+    @property
+    def replayable(self) -> bool:
+        """False when the fidelity check found that the recording cannot be replayed exactly: then no config was
+        replayed, and :attr:`fidelity` says why (``fidelity.reason``, ``fidelity.remedy``)."""
+        return self.fidelity is None or self.fidelity.replayable
 
     def rows(self) -> list[dict[str, Any]]:
         """Return :meth:`ReplayResult.summary` for every config, in order (numbers, for your own tables;
@@ -474,7 +609,8 @@ class WhatIfReport:
         return [list(TABLE_HEADERS), recorded, *(r.cells() for r in self.results.values())]
 
     def table(self) -> str:
-        """Return :meth:`cells` as plain text (:func:`~memviz.tables.format_table`), then the fidelity sentence."""
+        """Return :meth:`cells` as plain text (:func:`~memviz.tables.format_table`), then the fidelity sentence
+        (which says why, when the recording cannot be replayed exactly and the table has no replay)."""
         return format_table(self.cells(), footer=None if self.fidelity is None else self.fidelity.describe())
 
 
@@ -502,20 +638,29 @@ def what_if(
     device_total_bytes: int | None = None,
     cap_bytes: int | None = None,
     memory_fraction: float | None = None,
+    recorded_device_total_bytes: int | None = None,
+    recorded_cap_bytes: int | None = None,
     check: bool = True,
     progress: bool | None = None,
 ) -> WhatIfReport:
     """Replay the recorded requests under each config and compare them side by side.
 
-    The recorded config (from ``allocator_settings``) is replayed first as ``"recorded"``, with the
-    fidelity check (``check=True``), then every config in ``configs``.
+    First the fidelity check (``check=True``): the recorded config (from ``allocator_settings``) replayed on the
+    device and cap the recording ran with, compared with the recording. If it fails, the recording cannot be
+    replayed exactly and nothing else is replayed: the report's ``fidelity`` says why and what would help.
+    Otherwise the recorded config is replayed as ``"recorded"`` on the what-if's device and cap (the check's own
+    replay when they are the recording's), then every config in ``configs``.
 
     Args:
         source: a :class:`SnapshotHistory`, or anything :func:`load_snapshot` takes.
         configs: ``PYTORCH_CUDA_ALLOC_CONF`` strings, or a mapping name → string
             (default: ``("expandable_segments:True",)``).
         device_total_bytes, cap_bytes, memory_fraction: the simulated device, as for :func:`replay`.
-        check: run :func:`check_fidelity` for the recorded config (default: True).
+        recorded_device_total_bytes, recorded_cap_bytes: the device and cap the recording ran with, for the
+            check (default: None: the device the recording shows, no cap; give the cap when the recording ran
+            into it).
+        check: run :func:`check_fidelity` (default: True). With False, a check already run on the same history
+            still applies.
         progress: ``tqdm.auto`` bars (default: None, automatic).
 
     Raises:
@@ -528,18 +673,29 @@ def what_if(
     """
     named = named_configs(configs)
     history = check_replayable(_as_history(source, progress))
+    _check_device(history, device_total_bytes, cap_bytes, memory_fraction)
+    _check_device(history, recorded_device_total_bytes, recorded_cap_bytes, None)
+    for conf in named.values():
+        parse_alloc_conf(conf)  # a config torch refuses is refused before any replay
+    recorded_key = (recorded_device_total_bytes, recorded_cap_bytes, None)
+    fidelity = history.verdicts.get(recorded_key)
+    if fidelity is None and check:
+        fidelity = check_fidelity(history, device_total_bytes=recorded_device_total_bytes,
+                                  cap_bytes=recorded_cap_bytes, progress=progress)
+    peak_reserved, peak_allocated = recorded_peaks(history)
+    if fidelity is not None and not fidelity.replayable:
+        return WhatIfReport(results={}, fidelity=fidelity, recorded_peak_reserved_bytes=peak_reserved,
+                            recorded_peak_allocated_bytes=peak_allocated)
     device = {"device_total_bytes": device_total_bytes, "cap_bytes": cap_bytes,
               "memory_fraction": memory_fraction}
     results: dict[str, ReplayResult] = {}
-    fidelity = None
-    if check:
-        fidelity = check_fidelity(history, progress=progress, **device)
+    if fidelity is not None and (device_total_bytes, cap_bytes, memory_fraction) == recorded_key:
         results["recorded"] = fidelity.result
     else:
         results["recorded"] = replay(history, history.settings.alloc_conf(), name="recorded",
                                      progress=progress, **device)
     for label, conf in named.items():
         results[label] = replay(history, conf, name=label, progress=progress, **device)
-    peak_reserved, peak_allocated = recorded_peaks(history)
-    return WhatIfReport(results=results, fidelity=fidelity, recorded_peak_reserved_bytes=peak_reserved,
+    return WhatIfReport(results=results, fidelity=fidelity if check else None,
+                        recorded_peak_reserved_bytes=peak_reserved,
                         recorded_peak_allocated_bytes=peak_allocated)  # fmt: skip

@@ -25,7 +25,8 @@ from typing import Any
 
 import ipywidgets as W
 
-from memviz.snapshots import ReplayResult, SnapshotError, SnapshotHistory
+from memviz.snapshots import ReplayResult, SnapshotError, SnapshotHistory, check_fidelity
+from memviz.snapshots.verdict import Verdict
 from memviz.units import format_bytes
 from memviz.widgets._common import close_tree, escape, exact_bytes, guarded
 from memviz.widgets.downsample import envelope
@@ -33,7 +34,7 @@ from memviz.widgets.row import figure_row
 from memviz.widgets.segment_map import LIVE_STATES, PENDING_STATES, StateMap
 from memviz.widgets.snapshot_panels import RecordedTimeline, ScrubBar
 
-__all__ = ["RecordedTimeline", "ScrubBar", "SnapshotViewer", "envelope", "event_text", "history_of"]
+__all__ = ["RecordedTimeline", "ScrubBar", "SnapshotViewer", "envelope", "event_text", "history_of", "replay_verdict"]
 
 def history_of(source: Any, *, device: int = 0, progress: bool | None = None) -> SnapshotHistory:
     """A :class:`SnapshotHistory` from a path, a binary file, pickle bytes, a snapshot dict, or a history.
@@ -50,6 +51,18 @@ def history_of(source: Any, *, device: int = 0, progress: bool | None = None) ->
         f"cannot show a {type(source).__name__}: give a snapshot pickle's path or bytes, an open binary "
         "file, the dict from torch.cuda.memory._snapshot(), or a memviz.snapshots.SnapshotHistory"
     )
+
+
+def replay_verdict(history: SnapshotHistory, replay: ReplayResult, progress: bool | None = None) -> Verdict:
+    """Whether ``replay`` of ``history`` can be trusted: the verdict it carries, else that of a fidelity check
+    already run on ``history`` (a replayable one wins: it was run under the device and cap the recording had),
+    else that of a new check under the recording's own device and no cap."""
+    if replay.verdict is not None:
+        return replay.verdict
+    known = [report.verdict for report in history.verdicts.values()]
+    if known:
+        return next((v for v in known if v.replayable), known[0])
+    return check_fidelity(history, progress=progress).verdict
 
 
 def _frame_label(frames: Any) -> str:
@@ -102,7 +115,9 @@ class SnapshotViewer:
             :class:`~memviz.snapshots.SnapshotHistory` (built once; reuse it for ``what_if``).
         device: which device's trace to show (default: 0).
         replay: a :class:`~memviz.snapshots.ReplayResult` (with its timeline) to overlay: its reserved bytes
-            as a dashed line and its OOM events as markers that "next OOM" also visits (default: None).
+            as a dashed line and its OOM events as markers that "next OOM" also visits (default: None). Shown
+            only if the recording can be replayed exactly (:func:`~memviz.snapshots.check_fidelity`, run here if
+            no check of this history ran yet); else the header says why instead.
         index: the event to show first (default: 0).
         progress: ``tqdm.auto`` bar while rebuilding a long trace (default: None, from 50,000 events).
 
@@ -135,6 +150,11 @@ class SnapshotViewer:
             )
         if replay is not None and (replay.reserved_bytes is None or len(replay.reserved_bytes) != n):
             raise ValueError("replay= must be a ReplayResult of this trace replayed with timeline=True")
+        self.refused: Verdict | None = None  # why the replay given is not shown
+        if replay is not None:
+            verdict = replay_verdict(history, replay, progress)
+            if not verdict.replayable:
+                self.refused, replay = verdict, None
         self.replay = replay
         self.recorded_ooms = list(history.timeline.oom_indices)
         self.replay_ooms = sorted(i for i in (replay.oom_event_indices if replay else ()) if i >= 0)
@@ -175,9 +195,10 @@ class SnapshotViewer:
             k = len(self.replay_ooms)
             ooms += f"; the what-if replay ({self.replay.name}) runs out of memory at {k} events" if k else (
                 f"; none in the what-if replay ({self.replay.name})")
+        refused = "" if self.refused is None else f"; no what-if replay shown: the recording {self.refused.describe()}"
         return (
             f"{len(h):,} events, allocator config {conf}; peak reserved {format_bytes(peak)}; {ooms}; "
-            f"{len(h.initial_blocks)} blocks were live before recording started"
+            f"{len(h.initial_blocks)} blocks were live before recording started{refused}"
         )
 
     def _render(self, index: int) -> None:

@@ -5,9 +5,11 @@
 config, on each device size) and shows one row per replay: peak reserved, peak allocated, OOMs and the
 first OOM event, ``cudaMalloc``/``cudaFree`` counts, retries and the fragmentation at peak reserved; then the
 fidelity sentence (does replaying under the recorded config reproduce the recording?) and a bar chart of
-peak reserved per replay. The words and numbers come from the reports (:meth:`ReplayResult.cells`,
-:meth:`FidelityReport.describe`); the views only lay them out. :meth:`WhatIfTable.table` is the same table
-as plain text, for notebooks whose saved output a test compares.
+peak reserved per replay. A recording that cannot be replayed exactly (the fidelity check fails: e.g. a private
+pool created and released before its only snapshot) gets no replay rows at all: the table shows the recording's
+own peaks and the reason, with what would make it replayable. The words and numbers come from the reports
+(:meth:`ReplayResult.cells`, :meth:`FidelityReport.describe`); the views only lay them out.
+:meth:`WhatIfTable.table` is the same table as plain text, for notebooks whose saved output a test compares.
 
 Making a ``WhatIfTable`` checks its arguments and runs nothing: the replays (:func:`replay_grid`) run once,
 the first time a result, the table or the view is asked for. The views are small functions of the rows
@@ -25,10 +27,11 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from memviz.devices import simulated_device
-from memviz.sim.limits import MAX_DEVICE_BYTES, check_bytes
+from memviz.sim.limits import check_bytes
 from memviz.snapshots import (
     FidelityReport,
     ReplayResult,
+    SnapshotError,
     SnapshotHistory,
     WhatIfReport,
     check_fidelity,
@@ -64,10 +67,11 @@ def _size_label(nbytes: int) -> str:
     return format_bytes(nbytes)
 
 
-def _device_spec(device: Any) -> tuple[int | None, str]:
-    """``(device_total_bytes or None, label)`` from None (no device limit), a preset name or a size."""
+def _device_spec(device: Any, history: SnapshotHistory) -> tuple[int | None, str]:
+    """``(device_total_bytes or None, label)`` from None (the recording's own device, as far as it tells:
+    ``history.recorded_device``; "unlimited" when nothing bounds it), a preset name or a size."""
     if device is None:
-        return None, "unlimited"
+        return None, history.recorded_device.label
     d = simulated_device(device)
     label = d.name.replace(" (simulated)", "").replace("Simulated GPU ", "")
     return d.total_memory_bytes, label
@@ -75,9 +79,9 @@ def _device_spec(device: Any) -> tuple[int | None, str]:
 
 @dataclass(frozen=True)
 class WhatIfGrid:
-    """Every replay of a :class:`WhatIfTable`: ``rows`` in table order, one
-    :class:`~memviz.snapshots.WhatIfReport` per device size, the fidelity check (or None), and the recording's
-    own peaks (bytes)."""
+    """Every replay of a :class:`WhatIfTable`: ``rows`` in table order (none when the recording cannot be
+    replayed exactly), one :class:`~memviz.snapshots.WhatIfReport` per device size, the fidelity check (or None),
+    and the recording's own peaks (bytes)."""
 
     rows: list[WhatIfRow]
     reports: list[WhatIfReport]
@@ -85,41 +89,46 @@ class WhatIfGrid:
     recorded_peak_reserved_bytes: int
     recorded_peak_allocated_bytes: int
 
+    @property
+    def replayable(self) -> bool:
+        """False when the fidelity check found the recording cannot be replayed exactly (then ``rows`` is empty)."""
+        return self.fidelity is None or self.fidelity.replayable
+
 
 def replay_grid(history: SnapshotHistory, configs: Mapping[str, str], devices: Sequence[tuple[int | None, str]], *,
                 cap_bytes: int | None, check: bool, recorded: tuple[int | None, int | None],
                 progress: bool | None) -> WhatIfGrid:  # fmt: skip
     """Replay ``history`` under the recorded config and each of ``configs`` on each of ``devices``
-    (``(total bytes or None, label)``), capped at ``cap_bytes``; the fidelity check runs on the device and cap
-    the recording ran with (``recorded``), within a replay on that device when there is one."""
+    (``(total bytes or None, label)``), capped at ``cap_bytes``, after the fidelity check on the device and cap
+    the recording ran with (``recorded``; its replay serves as the recorded config's row on that device). When
+    the check finds the recording cannot be replayed exactly, nothing else is replayed."""
     requests = len(history.events) + len(history.initial_blocks)
     if progress is None:
         progress = requests * (len(devices) * (1 + len(configs)) + check) >= AUTO_PROGRESS_REQUESTS
+    fidelity = history.verdicts.get((*recorded, None))
+    if check and fidelity is None:
+        fidelity = check_fidelity(history, device_total_bytes=recorded[0], cap_bytes=recorded[1], progress=progress)
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(devices), desc="what-if replays", unit="device", leave=False)
-    fidelity: FidelityReport | None = None
     reports: list[WhatIfReport] = []
     rows: list[WhatIfRow] = []
     for total, label in devices:
         if cap_bytes is not None:
             label = f"{label}, cap {_size_label(cap_bytes)}"
-        here = check and fidelity is None and (total, cap_bytes) == recorded
-        report = what_if(history, configs, device_total_bytes=total, cap_bytes=cap_bytes, check=here,
+        report = what_if(history, configs, device_total_bytes=total, cap_bytes=cap_bytes,
+                         recorded_device_total_bytes=recorded[0], recorded_cap_bytes=recorded[1], check=check,
                          progress=progress)  # fmt: skip
-        if here:
-            fidelity = report.fidelity
         reports.append(report)
         rows.extend(WhatIfRow(name, label, r) for name, r in report.results.items())
         if bar is not None:
             bar.update(1)
     if bar is not None:
         bar.close()
-    if check and fidelity is None:
-        fidelity = check_fidelity(history, device_total_bytes=recorded[0], cap_bytes=recorded[1], progress=progress)
-    return WhatIfGrid(rows, reports, fidelity, *recorded_peaks(history))
+    return WhatIfGrid(rows, reports, fidelity if check or not reports[0].replayable else None,
+                      *recorded_peaks(history))
 
 
 class WhatIfTable:
@@ -130,7 +139,8 @@ class WhatIfTable:
         configs: ``PYTORCH_CUDA_ALLOC_CONF`` strings, or a mapping name → string; the recorded config is
             always replayed first, as ``recorded`` (default: ``("expandable_segments:True",)``).
         device_sizes: simulated devices, each a preset name (``"T4"``), a size (``"24 GiB"``, bytes) or None
-            for no device limit (default: ``(None,)``).
+            for the recording's own (default: ``(None,)``): the size its expandable segments show, else a device
+            with no limit of its own ("unlimited"; see :mod:`memviz.snapshots.device`).
         cap: cap every replay at this size (``"6000 MiB"``, bytes), as
             ``torch.cuda.set_per_process_memory_fraction(cap / device)`` does (default: None).
         check: run the fidelity check, i.e. replay under the recorded config and compare segment states with
@@ -166,14 +176,14 @@ class WhatIfTable:
         self.configs = named_configs(configs)
         if isinstance(device_sizes, (str, int)):
             device_sizes = (device_sizes,)
-        self.devices = [_device_spec(d) for d in device_sizes] or [(None, "unlimited")]
+        self.devices = [_device_spec(d, self.history) for d in device_sizes] or [_device_spec(None, self.history)]
         self.cap_bytes = parse_size(cap) if cap is not None else None
         for total, label in self.devices:  # the replays' own rule, checked now rather than at the first replay
             if self.cap_bytes is not None:
-                check_bytes(self.cap_bytes, "cap_bytes", low=1, high=total or MAX_DEVICE_BYTES,
+                check_bytes(self.cap_bytes, "cap_bytes", low=1, high=total or self.history.recorded_device.total_bytes,
                             why=f"a cap lies between 1 byte and the device's size ({label})")  # fmt: skip
         recorded_cap_bytes = parse_size(recorded_cap) if recorded_cap is not None else None
-        self.recorded = (_device_spec(recorded_device)[0], recorded_cap_bytes)
+        self.recorded = (_device_spec(recorded_device, self.history)[0], recorded_cap_bytes)
         self.check, self.progress = check, progress
 
     @cached_property
@@ -227,8 +237,16 @@ class WhatIfTable:
         return box
 
     def result(self, config: str = "recorded", device: int = 0) -> ReplayResult:
-        """The :class:`ReplayResult` of ``config`` on the ``device``-th device size (for the viewer's ``replay=``)."""
-        return self.reports[device].results[config]
+        """The :class:`ReplayResult` of ``config`` on the ``device``-th device size (for the viewer's ``replay=``).
+
+        Raises:
+            SnapshotError: the recording cannot be replayed exactly (the message says why), so there is no replay.
+        """
+        report = self.reports[device]
+        if not report.replayable:
+            assert report.fidelity is not None
+            raise SnapshotError(f"no what-if replay: the recording {report.fidelity.verdict.describe()}")
+        return report.results[config]
 
     def close(self) -> None:
         """Close the table's widgets (those made so far)."""

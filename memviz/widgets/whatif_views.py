@@ -99,7 +99,9 @@ def peaks_figure(grid: WhatIfGrid, cap_bytes: int | None) -> go.FigureWidget:
                 marker={"color": ["#d62728" if r.result.num_ooms else "#ff7f0e" for r in rows]},
                 hovertemplate="%{y}: peak reserved %{x:.0f} MiB<extra></extra>")],
         layout={"height": 120 + 28 * len(rows), "autosize": True, "margin": {"l": 260, "r": 20, "t": 30, "b": 40},
-                "title": {"text": "peak reserved per replay (red: would run out of memory)", "font": {"size": 12}},
+                "title": {"text": "peak reserved per replay (red: would run out of memory)" if grid.replayable else
+                          "no replay: the recording cannot be replayed exactly (the table says why)",
+                          "font": {"size": 12}},
                 "xaxis": {"title": {"text": "MiB"}, "rangemode": "tozero"}, "yaxis": {"autorange": "reversed"},
                 "template": TEMPLATE, "showlegend": False},
     )  # fmt: skip
