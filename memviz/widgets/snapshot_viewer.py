@@ -26,6 +26,7 @@ from typing import Any
 import ipywidgets as W
 
 from memviz.snapshots import ReplayResult, SnapshotError, SnapshotHistory
+from memviz.snapshots.frames import frame_label as _frame_label
 from memviz.units import format_bytes
 from memviz.widgets._common import close_tree, escape, exact_bytes, guarded
 from memviz.widgets.downsample import envelope
@@ -50,16 +51,6 @@ def history_of(source: Any, *, device: int = 0, progress: bool | None = None) ->
         f"cannot show a {type(source).__name__}: give a snapshot pickle's path or bytes, an open binary "
         "file, the dict from torch.cuda.memory._snapshot(), or a memviz.snapshots.SnapshotHistory"
     )
-
-
-def _frame_label(frames: Any) -> str:
-    """Where a recorded stack left the user's code: the innermost Python frame outside installed packages
-    (else the innermost Python frame), as ``"function (file.py:line)"``; "" without Python frames."""
-    python = [f for f in frames or () if isinstance(f, Mapping) and str(f.get("filename", "")).endswith(".py")]
-    mine = [f for f in python if "-packages" not in f["filename"] and "/torch/" not in f["filename"]]
-    for f in (mine or python)[:1]:
-        return f"{f.get('name', '?')} ({os.path.basename(f['filename'])}:{f.get('line', 0)})"
-    return ""
 
 
 def event_text(history: SnapshotHistory, index: int) -> str:
