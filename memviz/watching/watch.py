@@ -128,18 +128,22 @@ class Watch:
         """
         if self._state != "new":
             raise InputError("this watch has run already; start a new one with memviz.watch()")
+        if self.show:  # made first: loading the widgets takes a while the first time, not the watch's time
+            from memviz.widgets.watch_view import WatchView
+
+            self.view = WatchView(self)
         try:
             first = self._begin()
         except BaseException:
             self._end_recording()
+            if self.view is not None:
+                self.view.close()
+                self.view = None
             raise
         self._state = "running"
         for sample in first:
             self.samples.add(sample)
-        if self.show:
-            from memviz.widgets.watch_view import WatchView
-
-            self.view = WatchView(self)
+        if self.view is not None:
             self.view.push(first)
             _display(self.view)
         poll = self._poll_file if isinstance(self.source, StatsFollower) else self._poll_in_process

@@ -11,7 +11,8 @@ timeline grow during one cell.
 
 Rows are :data:`~memviz.watching.samples.FIELDS`: seconds, allocated, reserved, active, peak allocated, peak
 reserved, the driver's used memory (-1: none), steps. Lines: allocated, reserved, active, the peak allocated
-so far (a step line: the allocator's own peak, exact even for a spike between two samples) and the driver's
+so far (the allocator's own peak, exact even for a spike between two samples; drawn as a step up at the start
+of the interval in which it was reached, so it is never below the other lines) and the driver's
 used memory when there is one; a dashed red line at the cap once the data comes within half of it; ticks for
 the steps (every 1, 2, 5, 10, ... so that about 20 show); ``marks`` (the peak, OOMs) as labelled points.
 
@@ -183,9 +184,10 @@ export default () => {
             const r = rows[i];
             if (r[col] < 0) continue;
             const px = x(r[0]).toFixed(1), py = y(r[col]).toFixed(1);
-            if (col === PEAK && prev !== null) pts.push(`${px},${prev}`); // the peak so far: a step line
+            // the peak so far, as a step up at the start of the interval it was reached in: never below a line
+            if (col === PEAK && prev !== null) pts.push(`${prev},${py}`);
             pts.push(`${px},${py}`);
-            prev = py;
+            prev = px;
           }
           const cls = "memviz-live-" + name.replace(/ /g, "-");
           parts.push(`<polyline class="${cls}" fill="none" stroke="${color}" stroke-width="${lw}"` +
@@ -200,8 +202,9 @@ export default () => {
             : `<circle cx="${mx}" cy="${my}" r="4.5" fill="${color}"/>`;
           const anchor = mx > M.l + 0.7 * w ? "end" : "start";
           const dx = anchor === "end" ? -8 : 8;
+          const ty = m.kind === "oom" ? Math.max(M.t + 10, my - 8) : my + 16; // OOM above, peak below: apart
           parts.push(`<g class="memviz-live-mark memviz-live-mark-${m.kind}">${symbol}<text x="${mx + dx}" ` +
-            `y="${Math.max(M.t + 10, my - 8)}" text-anchor="${anchor}" fill="${color}" ` +
+            `y="${ty}" text-anchor="${anchor}" fill="${color}" ` +
             `class="memviz-live-mark-text">${esc(m.label)}</text><title>${esc(m.label)}</title></g>`);
         }
         plot.innerHTML = `<svg width="${width}" height="${H}" class="memviz-live-svg">${parts.join("")}</svg>`;

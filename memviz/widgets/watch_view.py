@@ -157,14 +157,19 @@ class WatchView:
     def _live_table(self) -> W.HTML:
         watch = self.watch
         what = {"oom": "at the OOM", "peak": "at the peak"}.get(watch.focus or "", "at the end")
+        cell = "padding:0 8px;text-align:{}"
+        head = "".join(f"<th style='{cell.format(align)}'>{name}</th>" for name, align in
+                       (("blocks", "right"), ("each", "right"), ("in all", "right"), ("allocated at", "left")))
         rows = "".join(
-            f"<tr><td style='text-align:right'>{g.count}</td><td>× {escape(format_bytes(g.size_bytes))}</td>"
-            f"<td style='text-align:right'>{escape(format_bytes(g.total_bytes))}</td>"
-            f"<td title='{escape(' ← '.join(g.stack))}'>{escape(g.where)}</td></tr>"
+            f"<tr><td style='{cell.format('right')}'>{g.count}</td>"
+            f"<td style='{cell.format('right')}'>{escape(format_bytes(g.size_bytes))}</td>"
+            f"<td style='{cell.format('right')}'>{escape(format_bytes(g.total_bytes))}</td>"
+            f"<td style='{cell.format('left')}' title='{escape(' ← '.join(g.stack))}'>{escape(g.where)}</td></tr>"
             for g in watch.live
         )
         widget = W.HTML(f"<div style='font-size:12px'><b>largest live tensors {what}</b> (blocks of one size made "
-                        f"at one place; hover for the stack)<table class='memviz-watch-live'>{rows}</table></div>")
+                        f"at one place; hover a place for its stack)<table class='memviz-watch-live'><tr>{head}</tr>"
+                        f"{rows}</table></div>")  # fmt: skip
         widget.add_class("memviz-watch-live")
         return widget
 
