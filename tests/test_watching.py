@@ -139,7 +139,7 @@ def test_other_errors_pass_through_and_the_watch_still_stops():
 def test_the_view_grows_live_and_ends_at_the_oom_with_the_viewer_and_what_if():
     lab = sim_lab()
     with memviz.watch(lab, interval_s=FAST) as w:
-        leaky_loop(lab, 40, keep_graph=True)
+        leaky_loop(lab, 40, keep_graph=True, pause_s=0.02)  # about 0.7 s: the page is updated 5 times a second
     view = w.view
     assert view.pushes >= 3 and view.timeline.sent_rows == w.samples.offered
     assert view.timeline.state == "done"

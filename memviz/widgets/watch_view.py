@@ -3,8 +3,8 @@
 Live (updated from the sampler's thread, while the cell still runs): the dashboard's gauges
 (:class:`~memviz.widgets.gauges.GaugeWidget`: allocated and reserved against the cap or the device, with their
 peaks, and the driver's used memory on a GPU) and the :class:`~memviz.widgets.live_timeline.LiveTimeline`.
-Each sample costs two small comm messages (the gauges' rows, the timeline's new row); nothing is redrawn in the
-kernel.
+At most five times a second (:data:`PUSH_EVERY_S`) the samples since the last update go to the page in two small
+comm messages (the gauges' rows, the timeline's new rows); nothing is redrawn in the kernel.
 
 When the block ends (from the program's thread): the summary (:meth:`memviz.watching.Watch.summary`), the
 largest live tensors at the peak or the OOM and where they were made, the
@@ -16,6 +16,7 @@ segment map of the end, or of the OOM, stands in for the viewer.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import ipywidgets as W
@@ -32,8 +33,11 @@ if TYPE_CHECKING:
     from memviz.watching.samples import Sample
     from memviz.watching.watch import Watch
 
-__all__ = ["FINAL_POINTS", "WatchView"]
+__all__ = ["FINAL_POINTS", "PUSH_EVERY_S", "WatchView"]
 
+PUSH_EVERY_S = 0.2
+"""The page is updated at most this often (5 times a second), whatever the sampling rate: each update is two
+small comm messages, a few hundred µs of the watched process's time; the samples in between travel together."""
 FINAL_POINTS = 2000
 """Buckets of the run kept in the timeline's saved rows (each bucket's first, last, lowest and highest sample of
 every line, so at most a few times this many rows; every peak kept)."""
@@ -76,16 +80,26 @@ class WatchView:
         self.what_if: Any = None
         self.pushes = 0
         self._marks = 0
+        self._pending: list[Sample] = []
+        self._pushed_at = -PUSH_EVERY_S
 
     # -- live, from the sampler's thread ----------------------------------------------------------------
 
     def push(self, samples: list[Sample]) -> None:
-        """Show new samples: the gauges at the last one, the rows appended to the timeline, new OOM marks."""
-        if not samples:
+        """Take new samples; at most every ``PUSH_EVERY_S`` show them: the gauges at the last one, the rows
+        appended to the timeline, new OOM marks (two or three comm messages)."""
+        self._pending.extend(samples)
+        now = time.perf_counter()
+        if self._pending and now - self._pushed_at >= PUSH_EVERY_S:
+            self._pushed_at = now
+            self._send()
+
+    def _send(self) -> None:
+        pending, self._pending = self._pending, []
+        if not pending:
             return
-        last = samples[-1]
-        self.gauges.rows = self._gauge_rows(last)
-        self.timeline.append([s.row() for s in samples])
+        self.gauges.rows = self._gauge_rows(pending[-1])
+        self.timeline.append([s.row() for s in pending])
         ooms = self.watch.ooms
         if len(ooms) != self._marks:
             self._marks = len(ooms)
@@ -120,6 +134,7 @@ class WatchView:
 
     def finish(self) -> None:
         """The run's final rows and marks, then the summary, the live tensors, the viewer and what-if."""
+        self._send()
         watch = self.watch
         samples = watch.samples
         if samples.n:
