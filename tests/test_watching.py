@@ -213,6 +213,45 @@ def test_a_job_records_a_stats_file_and_a_notebook_follows_it_live(tmp_path):
     assert [(g.count, g.size_bytes) for g in follow.live] == [(32, STEP_BYTES)]
 
 
+def test_a_snapshot_file_a_job_rewrites_is_followed_live(tmp_path):
+    from memviz.sim import CachingAllocator
+
+    path = tmp_path / "run.pickle"
+    follow = memviz.watch(path, interval_s=FAST, show=False)
+    allocator = CachingAllocator(16 << 30, memory_fraction=1 / 8, clock=lambda: time.time_ns() // 1000)  # 2 GiB
+
+    def job():  # dumps its snapshot every 4 steps, as torch.cuda.memory._dump_snapshot would
+        held = []
+        for step in range(40):
+            try:
+                held.append(allocator.malloc(STEP_BYTES))
+                allocator.free(allocator.malloc(8 * MiB))  # a spike between two dumps
+            except OutOfMemoryError:
+                break
+            if step % 4 == 3:
+                memviz.dump_snapshot(allocator, path)
+            time.sleep(0.01)
+        memviz.dump_snapshot(allocator, path)
+
+    thread = threading.Thread(target=job)
+    thread.start()
+    counts = []
+    while thread.is_alive():
+        counts.append(follow.samples.n)
+        time.sleep(FAST)
+    follow.stop()
+    assert len(set(counts) - {0}) >= 2, counts  # samples arrived while the job ran
+    assert follow.source.loads >= 2
+    assert follow.peak_allocated_bytes == allocator.max_memory_allocated()  # the trace holds every event: exact
+    assert follow.peak_reserved_bytes == allocator.max_memory_reserved()
+    assert len(follow.ooms) == 1 and follow.focus == "oom"
+    assert follow.history.events[follow.focus_index]["action"] == "oom"
+    assert follow.live[0].size_bytes == STEP_BYTES  # the held steps, the largest live at the OOM
+    with pytest.raises(InputError, match="does not load as a snapshot"):
+        (tmp_path / "bad.pickle").write_bytes(b"not a pickle")
+        memviz.watch(tmp_path / "bad.pickle", show=False)
+
+
 @pytest.mark.parametrize(("lines", "says"), [
     (["not json"], "line 1 is not JSON"),
     ([json.dumps({"format": "other"})], "line 1 is not a memviz stats header"),

@@ -88,6 +88,10 @@ class StatsFollower:
         self._offset = 0
         self._partial = b""
 
+    def prime(self) -> list[Sample]:
+        """The first poll, when a watch starts: a file there already must be a stats file (InputError if not)."""
+        return self()
+
     def __call__(self) -> list[Sample]:
         try:
             with open(self.path, "rb") as f:

@@ -20,7 +20,8 @@ failed step's tensors are freed; ``w.end_allocated_bytes`` shows the memory back
 
 ``memviz.watch("run/stats.jsonl")`` follows the stats file a job writes with :func:`memviz.record` (a
 ``torchrun`` job, a script in a terminal, another machine with a shared folder); the same views open from the
-snapshot the job dumps at its end or its OOM.
+snapshot the job dumps at its end or its OOM. ``memviz.watch("run.pickle")`` follows a snapshot file that a job
+rewrites with ``torch.cuda.memory._dump_snapshot`` (:mod:`memviz.watching.snapshotfile`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from memviz.watching.live_blocks import LiveGroup, live_groups
 from memviz.watching.sampler import Sampler, check_interval
 from memviz.watching.samples import DEFAULT_MAX_POINTS, Sample, SampleStore
 from memviz.watching.sim_trace import sim_snapshot, trace_position
+from memviz.watching.snapshotfile import SNAPSHOT_SUFFIXES, SnapshotFollower
 from memviz.watching.sources import CudaSource, SampleReader, SimLabSource, lab_source
 from memviz.watching.statsfile import StatsFollower
 from memviz.watching.steps import StepCounter
@@ -48,6 +50,8 @@ if TYPE_CHECKING:
     from memviz.widgets.watch_view import WatchView
 
 __all__ = ["Watch", "WatchOOM", "watch"]
+
+FOLLOWERS = (StatsFollower, SnapshotFollower)  # sources that read what another process writes
 
 
 @dataclass(frozen=True)
@@ -146,15 +150,15 @@ class Watch:
         if self.view is not None:
             self.view.push(first)
             _display(self.view)
-        poll = self._poll_file if isinstance(self.source, StatsFollower) else self._poll_in_process
+        poll = self._poll_file if isinstance(self.source, FOLLOWERS) else self._poll_in_process
         self._sampler = Sampler(poll, self.interval_s, self._on_samples).start()
         return self
 
     def _begin(self) -> list[Sample]:
         """Everything before the first sample; the first sample(s)."""
         source = self.source
-        if isinstance(source, StatsFollower):
-            first = source()  # a file that exists must be a stats file: refused now, before anything starts
+        if isinstance(source, FOLLOWERS):
+            first = source.prime()  # a file that exists must be one: refused now, before anything starts
             self._counter.start()
             self._t0 = time.perf_counter()
             return first
@@ -191,14 +195,18 @@ class Watch:
             self._scan_lab_ooms()
         return samples
 
-    def _poll_file(self) -> list[Sample]:
+    def _poll_file(self, *, final: bool = False) -> list[Sample]:
         follower = self.source
-        assert isinstance(follower, StatsFollower)
-        samples = follower()
-        seen = {(o.t_s, o.message) for o in self.ooms}
-        for e in follower.events:
-            if e.event == "oom" and (e.t_s, e.message) not in seen:
-                self.ooms.append(WatchOOM(e.message, e.t_s, e.steps, ended_block=True))
+        assert isinstance(follower, FOLLOWERS)
+        samples = follower(settle=True) if final and isinstance(follower, SnapshotFollower) else follower()
+        if isinstance(follower, StatsFollower):
+            seen = {(o.t_s, o.message) for o in self.ooms}
+            for e in follower.events:
+                if e.event == "oom" and (e.t_s, e.message) not in seen:
+                    self.ooms.append(WatchOOM(e.message, e.t_s, e.steps, ended_block=True))
+        else:
+            for t_s in follower.oom_times_s[len(self.ooms):]:
+                self.ooms.append(WatchOOM("an oom event in the snapshot's trace", t_s, 0, ended_block=True))
         return samples
 
     def _on_samples(self, samples: list[Sample]) -> None:
@@ -239,8 +247,8 @@ class Watch:
         assert self._sampler is not None
         self._sampler.stop()
         source = self.source
-        if isinstance(source, StatsFollower):
-            self._on_samples(self._poll_file())
+        if isinstance(source, FOLLOWERS):
+            self._on_samples(self._poll_file(final=True))
         else:
             if isinstance(source, SimLabSource):
                 source.lab.observe("end of the watch")  # memory plain code freed since the lab's last action
@@ -286,7 +294,7 @@ class Watch:
     def steps(self) -> int:
         """Steps counted so far (``memviz.step()`` calls, else the first optimizer's steps; the file's count)."""
         last = self.samples.last()
-        if isinstance(self.source, StatsFollower):
+        if isinstance(self.source, FOLLOWERS):
             return last.steps if last is not None else 0
         return self._counter.count
 
@@ -358,6 +366,10 @@ class Watch:
             import torch
 
             return torch.cuda.memory._snapshot(source.index)
+        if isinstance(source, SnapshotFollower):
+            if source.snapshot is None:
+                self.notes.append(f"{source.path.name} never loaded as a snapshot")
+            return source.snapshot
         ends = [e for e in source.events if e.snapshot is not None]
         if not ends:
             self.notes.append("the job wrote no snapshot (record(..., snapshot=False), or it has not ended)")
@@ -387,7 +399,7 @@ class Watch:
                     self.notes.append(f"the peak ({format_bytes(peak)}) is older than the recorded history (its last "
                                       f"{n:,} events): the map shows the highest point it holds "
                                       f"({format_bytes(highest)})")  # fmt: skip
-                elif not isinstance(self.source, StatsFollower):
+                elif not isinstance(self.source, FOLLOWERS):
                     self.notes.append(f"the history's highest point ({format_bytes(highest)}) is not the watch's "
                                       f"peak ({format_bytes(peak)}): the recording began before the watch")
             self.focus, self.focus_index = "peak", index
@@ -408,7 +420,7 @@ class Watch:
         for oom in self.ooms:
             how = "ended the block" if oom.ended_block else "caught by the program"
             lines.append(f"out of memory at {oom.t_s:.2f} s, step {oom.steps} ({how}): {_headline(oom.message)}")
-        if self.oom is not None and not isinstance(self.source, StatsFollower):
+        if self.oom is not None and not isinstance(self.source, FOLLOWERS):
             lines.append(f"after the OOM its frames were released: allocated {format_bytes(self.end_allocated_bytes)}"
                          f" at the end ({format_bytes(self.start_allocated_bytes)} at the start)")
         if self.error:
@@ -429,7 +441,7 @@ class Watch:
 
         source = self.source
         total = getattr(source, "total_bytes", None) or (source.header or {}).get("total_bytes")
-        cap = getattr(source, "cap_bytes", None) if not isinstance(source, StatsFollower) else \
+        cap = getattr(source, "cap_bytes", None) if not isinstance(source, FOLLOWERS) else \
             (source.header or {}).get("cap_bytes")  # fmt: skip
         kwargs.setdefault("recorded_device", total)
         kwargs.setdefault("recorded_cap", cap)
@@ -439,6 +451,8 @@ class Watch:
 
     def describe(self) -> str:
         source = self.source
+        if isinstance(source, SnapshotFollower):
+            return f"the snapshot file {source.path} ({source.loads} loads)"
         if isinstance(source, StatsFollower):
             header = source.header
             where = f"{header['device']} (pid {header['pid']} on {header['host']})" if header else "waiting for it"
@@ -457,7 +471,7 @@ def watch(source: Any = None, *, interval_s: float = 0.1, history: bool = True, 
     Args:
         source: what to watch: None (the current CUDA device), a CUDA device index, a :class:`memviz.Lab` (a
             real GPU or the simulator), or the path of a stats file that :func:`memviz.record` writes (a job in
-            another process).
+            another process), or of a snapshot pickle (``.pickle``/``.pkl``) that a job rewrites as it runs.
         interval_s: seconds between samples (default 0.1: ten a second; 0.01 to 60).
         history: on a GPU, record the allocator's memory history while watching (default True), so the map
             opens at the peak or the OOM with the stacks of the live tensors.
@@ -480,7 +494,7 @@ def watch(source: Any = None, *, interval_s: float = 0.1, history: bool = True, 
                  raise_oom=raise_oom, show=show, max_points=max_points).start()  # fmt: skip
 
 
-def _resolve(source: Any) -> CudaSource | SimLabSource | StatsFollower:
+def _resolve(source: Any) -> CudaSource | SimLabSource | StatsFollower | SnapshotFollower:
     from memviz.lab import Lab
 
     if source is None:
@@ -495,7 +509,8 @@ def _resolve(source: Any) -> CudaSource | SimLabSource | StatsFollower:
     if isinstance(source, int) and not isinstance(source, bool):
         return CudaSource(source)
     if isinstance(source, str | os.PathLike):
-        return StatsFollower(source)
+        path = os.fspath(source)
+        return SnapshotFollower(path) if path.endswith(SNAPSHOT_SUFFIXES) else StatsFollower(path)
     raise InputTypeError(f"memviz.watch() takes None (the current GPU), a CUDA device index, a memviz.Lab or a stats "
                          f"file's path, not {type(source).__name__}")
 

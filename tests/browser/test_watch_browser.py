@@ -1,12 +1,12 @@
 """``memviz.watch`` in a real JupyterLab + Chromium: the live view grows while ONE cell is still running.
 
-A lab program on the simulator runs in one cell for about 2.5 s (16 steps of 64 MiB, 0.15 s each) inside
+A lab program on the simulator runs in one cell for about 1.7 s (14 steps of 64 MiB, 0.12 s each) inside
 ``with memviz.watch(lab):``. The test starts the cell and, without waiting for it, reads the page every 0.1 s:
 the number of samples the timeline holds (``data-points``, kept by the page's widget model as comm messages
 arrive) and the allocated gauge's text, together with the cell's prompt (``[*]`` while the kernel runs it).
 Several different, growing readings must come while the prompt is ``[*]``: the sampler's thread sends, and the
 page draws, during the cell. After the cell: the timeline has every sample the kernel took, the summary names
-the peak (the exact bytes of 16 steps), and the segment map of the snapshot viewer is drawn at the peak. A
+the peak (the exact bytes of 14 steps), and the segment map of the snapshot viewer is drawn at the peak. A
 screenshot goes to ``test-artifacts/watch-live.png``.
 """
 
@@ -21,14 +21,14 @@ from memviz.widgets._common import exact_bytes
 
 pytestmark = pytest.mark.browser
 
-STEPS, STEP_BYTES = 16, 64 << 20
+STEPS, STEP_BYTES = 14, 64 << 20
 CELLS = [
     "import time\nimport memviz\n\nlab = memviz.Lab('sim', device='T4', cap='2 GiB')",
     "with memviz.watch(lab, interval_s=0.05) as w:\n"
     f"    for i in range({STEPS}):\n"
     f"        lab.allocate({STEP_BYTES}, name=f'act{{i}}')\n"
     "        memviz.step()\n"
-    "        time.sleep(0.15)",
+    "        time.sleep(0.12)",
 ]
 
 # start cell i running and return at once (run_cell would wait for the kernel to finish it)
