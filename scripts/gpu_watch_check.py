@@ -21,7 +21,8 @@ so, when they do not.
   ~0.1 s while the loop ran.
 - ``overhead``: ms per step, ABBA blocks, plain / watched (history off) / watched with history, on the
   GPU-bound step and on a launch-bound one (d=256, 64 rows: the CPU is the bottleneck, where a sampler thread
-  can show); medians and overheads; the sampler's CPU per tick.
+  can show); medians and overheads; the sampler's CPU per tick; what one read of the allocator costs (the
+  watch's, the driver's through NVML, and ``torch.cuda.memory_stats()`` for comparison).
 - ``oom``: under a 4 GiB cap, ``total = total + loss`` inside a function until CUDA runs out of memory, inside
   ``with memviz.watch():``. The OOM ends the block and is kept (``w.oom``); the map opens at the ``oom`` event
   of the history (the snapshot the allocator's OOM observer took at that moment); the largest live tensors
@@ -234,6 +235,15 @@ def part_overhead(out: dict) -> None:
         del model, optimizer, x
         gc.collect()
         torch.cuda.empty_cache()
+    from memviz.watching.sources import CudaSource
+
+    source = CudaSource()
+    for name, read in (("read_us", source.read), ("driver_used_us", source.driver_used),
+                       ("torch_memory_stats_us", torch.cuda.memory_stats)):  # fmt: skip
+        t = time.perf_counter()
+        for _ in range(1000):
+            read()
+        out[name] = (time.perf_counter() - t) / 1000 * 1e6
     out["checks"] = {
         "gpu_bound_watch_under_2_percent": out["gpu_bound"]["overhead"]["watch"] < 0.02,
         "gpu_bound_watch_with_history_under_2_percent": out["gpu_bound"]["overhead"]["watch+history"] < 0.02,
@@ -439,6 +449,7 @@ def main(argv: list[str] | None = None) -> int:
         overhead = json.loads((args.out / "overhead.json").read_text())
         figures["overhead"] = {k: {"median_ms": v["median_ms"], "overhead": v["overhead"]}
                                for k, v in overhead.items() if isinstance(v, dict) and "overhead" in v}  # fmt: skip
+        figures["read_us"] = {k: overhead[k] for k in ("read_us", "driver_used_us", "torch_memory_stats_us")}
     summary["figures"] = figures
     summary["all_passed"] = all(p["error"] is None and p["checks"] and all(p["checks"].values())
                                 for p in summary["parts"].values())  # fmt: skip

@@ -5,7 +5,8 @@
   end (:mod:`memviz.watching.watch`).
 - :func:`step` (``memviz.step``): mark a training step (:mod:`memviz.watching.steps`).
 - :func:`record` (``memviz.record``): a job writes a stats file that ``watch(path)`` follows
-  (:mod:`memviz.watching.record`, the format in :mod:`memviz.watching.statsfile`).
+  (:mod:`memviz.watching.record`, the format in :mod:`memviz.watching.statsfile`); ``watch("run.pickle")``
+  follows a snapshot file a job rewrites (:mod:`memviz.watching.snapshotfile`).
 - ``%%memviz``: the cell magic (:mod:`memviz.watching.magic`, ``%load_ext memviz``).
 
 The parts: :mod:`~memviz.watching.samples` (a sample and the bounded store), :mod:`~memviz.watching.sources`

@@ -259,6 +259,8 @@ class Watch:
         self.wall_s = time.perf_counter() - self._t0
         try:
             self._results()
+        except Exception as error:  # the program's own error, if any, must not be replaced by ours
+            self.notes.append(f"the results could not be built: {type(error).__name__}: {error}")
         finally:
             self._end_recording()
             self._state = "done"

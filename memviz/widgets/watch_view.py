@@ -133,7 +133,11 @@ class WatchView:
     # -- the end, from the program's thread ---------------------------------------------------------------
 
     def finish(self) -> None:
-        """The run's final rows and marks, then the summary, the live tensors, the viewer and what-if."""
+        """The run's final rows and marks, then the summary, the live tensors, the viewer and what-if (a failure
+        here is printed in ``out``, never raised into the program)."""
+        guarded(self.out)(self._finish)()
+
+    def _finish(self) -> None:
         self._send()
         watch = self.watch
         samples = watch.samples
