@@ -181,8 +181,8 @@ def test_steps_count_memviz_step_else_the_first_optimizer():
 def test_a_job_records_a_stats_file_and_a_notebook_follows_it_live(tmp_path):
     lab = sim_lab()
     path = tmp_path / "stats.jsonl"
-    follow = memviz.watch(path, interval_s=FAST, show=False)  # before the job starts: it waits for the file
-    assert follow.samples.n == 0
+    follow = memviz.watch(path, interval_s=FAST)  # before the job starts: it waits for the file
+    assert follow.samples.n == 0 and follow.view.gauges.title == ""  # the device is not known yet
     recorders = []
 
     def job():  # the training script, here in a thread (another process or machine works the same)
@@ -211,6 +211,9 @@ def test_a_job_records_a_stats_file_and_a_notebook_follows_it_live(tmp_path):
     assert len(follow.ooms) == 1 and [p.name for p in rec.snapshots] == ["stats.jsonl.end.pickle"]
     assert follow.focus == "oom" and follow.history.events[follow.focus_index]["action"] == "oom"
     assert [(g.count, g.size_bytes) for g in follow.live] == [(32, STEP_BYTES)]
+    assert follow.view.gauges.title == f"{lab.backend.device_name}: cap 2.00 GiB (2,147,483,648 B)"
+    assert follow.view.viewer.index == follow.focus_index
+    follow.view.close()
 
 
 def test_a_snapshot_file_a_job_rewrites_is_followed_live(tmp_path):

@@ -88,6 +88,19 @@ class StatsFollower:
         self._offset = 0
         self._partial = b""
 
+    @property
+    def device_name(self) -> str | None:
+        """The job's device, from the header (None until it is read)."""
+        return None if self.header is None else str(self.header.get("device", "?"))
+
+    @property
+    def total_bytes(self) -> int | None:
+        return None if self.header is None else self.header["total_bytes"]
+
+    @property
+    def cap_bytes(self) -> int | None:
+        return None if self.header is None else self.header["cap_bytes"]
+
     def prime(self) -> list[Sample]:
         """The first poll, when a watch starts: a file there already must be a stats file (InputError if not)."""
         return self()

@@ -442,9 +442,7 @@ class Watch:
         from memviz.widgets.whatif_table import WhatIfTable
 
         source = self.source
-        total = getattr(source, "total_bytes", None) or (source.header or {}).get("total_bytes")
-        cap = getattr(source, "cap_bytes", None) if not isinstance(source, FOLLOWERS) else \
-            (source.header or {}).get("cap_bytes")  # fmt: skip
+        total, cap = getattr(source, "total_bytes", None), getattr(source, "cap_bytes", None)  # None: unknown
         kwargs.setdefault("recorded_device", total)
         kwargs.setdefault("recorded_cap", cap)
         kwargs.setdefault("device_sizes", (total,))

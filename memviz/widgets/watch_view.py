@@ -56,14 +56,15 @@ class WatchView:
     def __init__(self, watch: Watch) -> None:
         self.watch = watch
         source = watch.source
-        cap = getattr(source, "cap_bytes", None)
-        self.limit_bytes = cap if cap is not None else getattr(source, "total_bytes", 0)
-        self.limit_word = "cap" if cap is not None else "device"
+        self.limit_bytes, self.limit_word = _limit(source)
         self.header = W.HTML(f"<b>memviz watch</b> — {escape(watch.describe())}")
         self.header.add_class("memviz-watch-header")
+        name = getattr(source, "device_name", None) or "the job"
         self.gauges = GaugeWidget()
+        if self.limit_bytes:
+            self.gauges.title = f"{name}: {self.limit_word} {exact_bytes(self.limit_bytes)}"
         self.gauges.add_class("memviz-gauges-widget")
-        self.timeline = LiveTimeline(title=_title(watch), limit_bytes=self.limit_bytes or 0,
+        self.timeline = LiveTimeline(title=name, limit_bytes=self.limit_bytes or 0,
                                      max_points=watch.samples.max_points)  # fmt: skip
         self.timeline.add_class("memviz-live-timeline")
         lines = [(name, line_swatch(color, width, "dot" if dash else "solid"))
@@ -98,6 +99,12 @@ class WatchView:
         pending, self._pending = self._pending, []
         if not pending:
             return
+        if not self.limit_bytes:  # a followed file says its device in its first line
+            self.limit_bytes, self.limit_word = _limit(self.watch.source)
+            if self.limit_bytes:
+                self.timeline.limit_bytes = self.limit_bytes
+                name = self.watch.source.device_name
+                self.gauges.title = f"{name}: {self.limit_word} {exact_bytes(self.limit_bytes)}"
         self.gauges.rows = self._gauge_rows(pending[-1])
         self.timeline.append([s.row() for s in pending])
         ooms = self.watch.ooms
@@ -230,10 +237,12 @@ class WatchView:
         close_tree(self.widget)
 
 
-def _title(watch: Watch) -> str:
-    source = watch.source
-    name = getattr(source, "device_name", None) or "job"
-    return f"{name}"
+def _limit(source: Any) -> tuple[int, str]:
+    """What the gauges are drawn against: the cap in force, else the device's memory (0 while unknown)."""
+    cap = getattr(source, "cap_bytes", None)
+    if cap is not None:
+        return cap, "cap"
+    return getattr(source, "total_bytes", None) or 0, "device"
 
 
 def _final_rows(watch: Watch) -> list[list[float | int]]:
