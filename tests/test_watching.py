@@ -98,7 +98,7 @@ def test_a_spike_between_two_samples_shows_exactly_in_the_peak():
 
 def test_peaks_are_running_maxima_when_the_program_resets_them():
     lab = sim_lab()
-    with memviz.watch(lab, interval_s=FAST, show=False) as w:
+    with memviz.watch(lab, interval_s=FAST, show=False, max_points=4) as w:  # thinned, the last sample kept
         lab.allocate("512 MiB", name="a")
         time.sleep(4 * FAST)
         lab.free("a")
@@ -106,6 +106,7 @@ def test_peaks_are_running_maxima_when_the_program_resets_them():
         time.sleep(4 * FAST)
     assert w.peak_allocated_bytes == 512 * MiB
     assert w._reader.peak_resets >= 1
+    assert w.samples.stride > 1 and w.samples.t_s[-1] == w.last.t_s and w.samples.offered > w.samples.n
 
 
 def test_an_oom_that_ends_the_block_frees_its_frames_and_is_kept_not_raised():

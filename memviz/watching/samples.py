@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from memviz.errors import InputError
+
 __all__ = ["FIELDS", "NO_DRIVER", "Sample", "SampleStore"]
 
 FIELDS = ("t_s", "allocated_bytes", "reserved_bytes", "active_bytes", "allocated_peak_bytes",
@@ -77,7 +79,7 @@ class SampleStore:
 
     def __init__(self, max_points: int = DEFAULT_MAX_POINTS) -> None:
         if isinstance(max_points, bool) or not isinstance(max_points, int) or max_points < 2:
-            raise ValueError(f"max_points must be an int >= 2, not {max_points!r}")
+            raise InputError(f"max_points must be an int >= 2 (samples kept), not {max_points!r}")
         self.max_points = max_points
         self._t = np.zeros(min(1024, max_points))
         self._v = np.zeros((len(self._t), len(FIELDS) - 1), dtype=np.int64)
@@ -85,10 +87,11 @@ class SampleStore:
         self.stride = 1
         self.offered = 0
 
-    def add(self, sample: Sample) -> bool:
-        """Offer a sample; True when it was stored (one in ``stride`` is, counting from the first)."""
+    def add(self, sample: Sample, *, keep: bool = False) -> bool:
+        """Offer a sample; True when it was stored (one in ``stride`` is, counting from the first; ``keep``: this
+        one is, whatever the stride: the last of a run)."""
         offered, self.offered = self.offered, self.offered + 1
-        if offered % self.stride:
+        if offered % self.stride and not keep:
             return False
         if self.n == len(self._t):
             if self.n == self.max_points:

@@ -96,8 +96,8 @@ class Watch:
                 raise InputTypeError(f"{name} must be True or False, not {value!r}")
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
             raise InputError(f"max_entries must be an int >= 1 (events of memory history kept), not {max_entries!r}")
-        self.source = _resolve(source)
         self.samples = SampleStore(max_points)
+        self.source = _resolve(source)
         self.record_history, self.max_entries = history, max_entries
         self.reset_peak, self.raise_oom, self.show = reset_peak, raise_oom, show
         self.view: WatchView | None = None
@@ -109,6 +109,7 @@ class Watch:
         self.focus_segments: list[dict] | None = None
         self.live: list[LiveGroup] = []
         self.notes: list[str] = []
+        self.last: Sample | None = None  # the newest sample read (the store may not keep every one)
         self.start_allocated_bytes = self.end_allocated_bytes = 0
         self.wall_s = 0.0
         self._state = "new"
@@ -147,6 +148,8 @@ class Watch:
         self._state = "running"
         for sample in first:
             self.samples.add(sample)
+        if first:
+            self.last = first[-1]
         if self.view is not None:
             self.view.push(first)
             _display(self.view)
@@ -209,9 +212,11 @@ class Watch:
                 self.ooms.append(WatchOOM("an oom event in the snapshot's trace", t_s, 0, ended_block=True))
         return samples
 
-    def _on_samples(self, samples: list[Sample]) -> None:
-        for sample in samples:
-            self.samples.add(sample)
+    def _on_samples(self, samples: list[Sample], *, final: bool = False) -> None:
+        for k, sample in enumerate(samples):
+            self.samples.add(sample, keep=final and k == len(samples) - 1)  # a run's last sample is kept
+        if samples:
+            self.last = samples[-1]
         if self.view is not None:
             self.view.push(samples)
 
@@ -248,12 +253,12 @@ class Watch:
         self._sampler.stop()
         source = self.source
         if isinstance(source, FOLLOWERS):
-            self._on_samples(self._poll_file(final=True))
+            self._on_samples(self._poll_file(final=True), final=True)
         else:
             if isinstance(source, SimLabSource):
                 source.lab.observe("end of the watch")  # memory plain code freed since the lab's last action
-            self._on_samples(self._poll_in_process())
-            self.end_allocated_bytes = self.samples.last().allocated_bytes if self.samples.n else 0
+            self._on_samples(self._poll_in_process(), final=True)
+            self.end_allocated_bytes = self.last.allocated_bytes if self.last is not None else 0
         self._counter.stop()
         remove_oom_listener(self._on_cuda_oom)
         self.wall_s = time.perf_counter() - self._t0
@@ -295,7 +300,7 @@ class Watch:
     @property
     def steps(self) -> int:
         """Steps counted so far (``memviz.step()`` calls, else the first optimizer's steps; the file's count)."""
-        last = self.samples.last()
+        last = self.last
         if isinstance(self.source, FOLLOWERS):
             return last.steps if last is not None else 0
         return self._counter.count
@@ -307,13 +312,13 @@ class Watch:
 
     @property
     def peak_allocated_bytes(self) -> int:
-        last = self.samples.last()
-        return last.allocated_peak_bytes if last is not None else 0
+        """The highest allocated since the watch began (the allocator's own peak: exact)."""
+        return self.last.allocated_peak_bytes if self.last is not None else 0
 
     @property
     def peak_reserved_bytes(self) -> int:
-        last = self.samples.last()
-        return last.reserved_peak_bytes if last is not None else 0
+        """The highest reserved since the watch began (the allocator's own peak: exact)."""
+        return self.last.reserved_peak_bytes if self.last is not None else 0
 
     @property
     def sampler_cpu_s(self) -> float:

@@ -145,11 +145,8 @@ class WatchView:
         guarded(self.out)(self._finish)()
 
     def _finish(self) -> None:
-        self._send()
+        self._send()  # the samples not shown yet, the last one in the gauges
         watch = self.watch
-        samples = watch.samples
-        if samples.n:
-            self.gauges.rows = self._gauge_rows(samples.last())
         marks = self._oom_marks()
         peak = watch.peak_sample()
         if peak is not None:
