@@ -12,7 +12,8 @@
 The parts: :mod:`~memviz.watching.samples` (a sample and the bounded store), :mod:`~memviz.watching.sources`
 (torch's allocator or a simulated lab), :mod:`~memviz.watching.sampler` (the thread),
 :mod:`~memviz.watching.cuda_history` (memory history and the OOM observer on a GPU),
-:mod:`~memviz.watching.sim_trace` (the simulator's history), :mod:`~memviz.watching.live_blocks` (what was live).
+:mod:`~memviz.watching.sim_trace` (the simulator's history), :mod:`~memviz.watching.results` (the peak or the OOM
+in the history, after the watch), :mod:`~memviz.watching.live_blocks` (what was live there).
 
 Nothing is imported here: ``import memviz`` loads :mod:`~memviz.watching.steps` alone (``memviz.step`` costs a
 microsecond and needs nothing), and ``memviz.watch`` / ``memviz.record`` load the rest on first use.
