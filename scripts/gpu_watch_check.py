@@ -308,6 +308,7 @@ def part_oom(out: dict) -> None:
 
 
 JOB_STEPS = 10_000
+JOB_TIMEOUT_S = 45.0  # the job's OOM comes after about 3 s of training under its 3 GiB cap
 
 
 def part_job(out_dir: Path) -> None:
@@ -347,7 +348,12 @@ def part_follow(out: dict, out_dir: Path) -> None:
     child = subprocess.Popen([sys.executable, str(HERE), "--part", "job", "--out", str(out_dir)],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
     counts = []
+    deadline = time.perf_counter() + JOB_TIMEOUT_S
     while child.poll() is None:
+        if time.perf_counter() > deadline:  # a job that never runs out of memory must not outlive the check
+            child.kill()
+            child.wait()
+            break
         counts.append(w.samples.n)
         time.sleep(0.5)
     for _ in range(100):
