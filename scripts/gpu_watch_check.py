@@ -42,6 +42,8 @@ import argparse
 import contextlib
 import gc
 import json
+import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -409,7 +411,7 @@ def run_part(name: str, out_dir: Path) -> int:
 def spawn(name: str, out_dir: Path) -> subprocess.Popen:
     log = open(out_dir / f"{name}.log", "w")  # noqa: SIM115 - the child writes it until it exits
     return subprocess.Popen([sys.executable, str(HERE), "--part", name, "--out", str(out_dir)],
-                            stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -435,8 +437,9 @@ def main(argv: list[str] | None = None) -> int:
             left = args.budget_s - (time.perf_counter() - start)
             try:
                 codes[name] = proc.wait(timeout=max(1.0, left))
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            except subprocess.TimeoutExpired:  # the part and its own children (follow's job): its process group
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
                 codes[name] = None
     summary: dict = {"seconds": time.perf_counter() - start, "parts": {}}
     for name in wanted:
