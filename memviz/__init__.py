@@ -8,6 +8,8 @@ Parts, one module each:
 - :mod:`memviz.widgets` — live gauges, timeline, segment map and controls; :func:`dashboard`.
 - :mod:`memviz.snapshots` — load, scrub, replay and export PyTorch memory snapshots.
 - :mod:`memviz.predictor` — :func:`predict` and :func:`max_batch`: will a program fit, with no GPU.
+- :mod:`memviz.watching` — :func:`watch` a training loop live while its cell runs (``%%memviz`` after
+  ``%load_ext memviz``), :func:`step` markers, :func:`record` a job's memory for a notebook to follow.
 
 Everything a lesson uses is importable from here (``__all__``; tests/test_exported_members.py locks it).
 The widget names (``dashboard``, ``SnapshotViewer``, ``WhatIfTable``) load :mod:`memviz.widgets` on first
@@ -29,6 +31,7 @@ from memviz.sim import RECORDED_CONFIGS
 from memviz.snapshots import SnapshotHistory, dump_snapshot, dumps_snapshot, load_snapshot, what_if
 from memviz.timing import cache_timings, recorded_h200
 from memviz.units import format_bytes
+from memviz.watching.steps import step
 
 __all__ = [
     "FAMILIES",
@@ -51,21 +54,35 @@ __all__ = [
     "dumps_snapshot",
     "fit_panel",
     "format_bytes",
+    "load_ipython_extension",
     "load_snapshot",
     "max_batch",
     "predict",
     "predicting",
+    "record",
     "recorded_h200",
     "segment_table",
     "stats_table",
+    "step",
     "tensor_request",
+    "watch",
     "what_if",
 ]
 
 _LAZY = {"dashboard": "memviz.widgets", "SnapshotViewer": "memviz.widgets", "WhatIfTable": "memviz.widgets",
          "max_batch": "memviz.predictor", "predict": "memviz.predictor", "predicting": "memviz.predictor",
-         "fit_panel": "memviz.widgets.fit_panel"}
-"""Names whose module imports ipywidgets and plotly, or torch (the predictor): loaded on first access (PEP 562)."""
+         "fit_panel": "memviz.widgets.fit_panel", "watch": "memviz.watching.watch",
+         "record": "memviz.watching.record"}
+"""Names whose module imports ipywidgets and plotly, or torch (the predictor), or numpy (watching): loaded on first
+access (PEP 562)."""
+
+
+def load_ipython_extension(ipython: _Any) -> None:
+    """``%load_ext memviz``: registers the ``%%memviz`` cell magic, which watches a cell's memory live while it
+    runs (:mod:`memviz.watching.magic`)."""
+    from memviz.watching.magic import load_ipython_extension as load
+
+    load(ipython)
 
 
 _DISTRIBUTIONS = ("memviz-lab", "memviz")  # pyproject's [project] name, then the name it had before

@@ -1,7 +1,8 @@
 """The surface the lessons teach: ``memviz.__all__`` is locked here (httpx's pattern).
 
 Adding or removing a public name is a decision: change this list with it. Helpers adding the predictor
-(``predict``, ``max_batch``) and ``fit_panel`` add them here too.
+(``predict``, ``max_batch``) and ``fit_panel`` add them here too; watching live added ``watch``, ``step``,
+``record`` and ``load_ipython_extension`` (``%load_ext memviz``).
 """
 
 import subprocess
@@ -31,14 +32,18 @@ EXPORTED = [
     "dumps_snapshot",
     "fit_panel",
     "format_bytes",
+    "load_ipython_extension",
     "load_snapshot",
     "max_batch",
     "predict",
     "predicting",
+    "record",
     "recorded_h200",
     "segment_table",
     "stats_table",
+    "step",
     "tensor_request",
+    "watch",
     "what_if",
 ]
 

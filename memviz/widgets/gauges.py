@@ -22,7 +22,7 @@ from memviz.widgets._common import Piece, exact_bytes
 if TYPE_CHECKING:
     from memviz.lab import Lab
 
-__all__ = ["GaugeWidget", "MemoryGauges"]
+__all__ = ["GaugeWidget", "MemoryGauges", "gauge_row"]
 
 _ESM = r"""
 function render({ model, el }) {
@@ -125,9 +125,9 @@ class MemoryGauges(Piece):
         limit = backend.cap_bytes if capped else backend.total_memory_bytes
         what = "cap" if capped else "device"
         rows = [
-            self._row("allocated", "allocated", allocated, limit, peak_alloc,
+            gauge_row("allocated", "allocated", allocated, limit, peak_alloc,
                       f"memory_allocated(): bytes in live tensors' blocks (peak {exact_bytes(peak_alloc)})"),
-            self._row("reserved", "reserved (cached)", reserved, limit, peak_res,
+            gauge_row("reserved", "reserved (cached)", reserved, limit, peak_res,
                       f"memory_reserved(): segments the cache holds (peak {exact_bytes(peak_res)})"),
         ]  # fmt: skip
         values = {"allocated": allocated, "reserved": reserved, "limit": limit,
@@ -137,7 +137,7 @@ class MemoryGauges(Piece):
         if driver is not None:
             values["driver_used"] = driver.used_bytes
             rows.append(
-                self._row(
+                gauge_row(
                     "driver",
                     f"driver used ({driver.source})",
                     driver.used_bytes,
@@ -157,10 +157,12 @@ class MemoryGauges(Piece):
             self.widget.rows = rows
             self.widget.note = note
 
-    @staticmethod
-    def _row(key: str, label: str, nbytes: int, limit: int, peak: int | None, tooltip: str) -> dict:
-        return {
-            "key": key, "label": label, "fraction": nbytes / limit if limit else 0.0,
-            "peak_fraction": None if peak is None else (peak / limit if limit else 0.0),
-            "text": exact_bytes(nbytes), "color": COLORS[key], "tooltip": tooltip,
-        }  # fmt: skip
+
+def gauge_row(key: str, label: str, nbytes: int, limit: int, peak: int | None, tooltip: str) -> dict:
+    """One gauge of :class:`GaugeWidget`: ``key`` (``"allocated"``, ``"reserved"`` or ``"driver"``: its colour and
+    CSS class), ``nbytes`` against ``limit`` with a ``peak`` mark (None: no mark), the exact bytes as text."""
+    return {
+        "key": key, "label": label, "fraction": nbytes / limit if limit else 0.0,
+        "peak_fraction": None if peak is None else (peak / limit if limit else 0.0),
+        "text": exact_bytes(nbytes), "color": COLORS[key], "tooltip": tooltip,
+    }  # fmt: skip

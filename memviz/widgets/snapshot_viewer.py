@@ -26,6 +26,7 @@ from typing import Any
 import ipywidgets as W
 
 from memviz.snapshots import ReplayResult, SnapshotError, SnapshotHistory, check_fidelity
+from memviz.snapshots.frames import frame_label as _frame_label
 from memviz.snapshots.verdict import Verdict
 from memviz.units import format_bytes
 from memviz.widgets._common import close_tree, escape, exact_bytes, guarded
@@ -63,16 +64,6 @@ def replay_verdict(history: SnapshotHistory, replay: ReplayResult, progress: boo
     if known:
         return next((v for v in known if v.replayable), known[0])
     return check_fidelity(history, progress=progress).verdict
-
-
-def _frame_label(frames: Any) -> str:
-    """Where a recorded stack left the user's code: the innermost Python frame outside installed packages
-    (else the innermost Python frame), as ``"function (file.py:line)"``; "" without Python frames."""
-    python = [f for f in frames or () if isinstance(f, Mapping) and str(f.get("filename", "")).endswith(".py")]
-    mine = [f for f in python if "-packages" not in f["filename"] and "/torch/" not in f["filename"]]
-    for f in (mine or python)[:1]:
-        return f"{f.get('name', '?')} ({os.path.basename(f['filename'])}:{f.get('line', 0)})"
-    return ""
 
 
 def event_text(history: SnapshotHistory, index: int) -> str:
