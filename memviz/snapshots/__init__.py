@@ -5,6 +5,7 @@
   (``state_at(i)``) and a per-event timeline of allocated/active/reserved bytes.
 - :func:`what_if` replays the recorded requests through :mod:`memviz.sim` under other configs,
   after :func:`check_fidelity` has replayed them under the recorded one.
+- :func:`load_ranks` reads a distributed job's per-rank snapshots onto one event scale (:mod:`.ranks`).
 - :func:`dump_snapshot` writes any simulated state, replay or rebuilt state as a protocol-4 pickle
   that ``torch.cuda._memory_viz`` and pytorch.org/memory_viz read.
 
@@ -15,6 +16,7 @@ from .errors import SnapshotError
 from .export import dump_snapshot, dumps_snapshot, to_snapshot
 from .history import TRACE_ACTION_CODES, HistoryTimeline, InitialBlock, SnapshotHistory, compare_segments
 from .load import load_snapshot, loads_snapshot, validate_snapshot
+from .ranks import RankSnapshots, load_ranks
 from .settings import RecordedSettings, alloc_conf_from_settings, settings_from_snapshot
 from .whatif import FidelityReport, ReplayResult, WhatIfReport, check_fidelity, replay, what_if
 
@@ -23,6 +25,7 @@ __all__ = [
     "FidelityReport",
     "HistoryTimeline",
     "InitialBlock",
+    "RankSnapshots",
     "RecordedSettings",
     "ReplayResult",
     "SnapshotError",
@@ -33,6 +36,7 @@ __all__ = [
     "compare_segments",
     "dump_snapshot",
     "dumps_snapshot",
+    "load_ranks",
     "load_snapshot",
     "loads_snapshot",
     "replay",

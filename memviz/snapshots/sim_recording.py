@@ -10,19 +10,21 @@ traces line up), on device ``index``.
 
 What it shows: the sizes, order and lifetimes of the storages the program's aten ops make (parameters,
 activations, gradients, optimizer state, DDP's buckets and their rebuild, temporaries of decomposed ops), placed
-by the simulated caching allocator's own rules, on one stream. What it does not show, and a GPU run does: memory a
-CUDA kernel or library takes for itself (cuBLAS and cuDNN workspaces), CUDA-only kernels and code paths (fused
-kernels, a different autograd formula or optimizer implementation picked for CUDA), side streams (``record_stream``,
-NCCL's), NCCL's buffers and the CUDA context (outside the caching allocator anyway). Storages resized in place
-(``UntypedStorage.resize_``, which FSDP2 uses for its unsharded parameters and no aten op sees) are followed by
-wrapping ``resize_`` while recording, as torch's own ``FSDPMemTracker`` does; a ``DTensor`` (FSDP2's parameters,
-gradients and optimizer state) counts by its local tensor (temporaries made inside a tensor subclass's own dispatch,
-below the recording, are not seen; FSDP2 makes its collectives' buffers outside it). And it counts what a GPU run would keep on the host if
-the program makes it on the CPU explicitly (the CPU run cannot tell such tensors apart): make host-side tensors
+by the simulated caching allocator's own rules, on one stream. Storages resized in place (``UntypedStorage.resize_``,
+which FSDP2 uses for its unsharded parameters and no aten op sees) are followed by wrapping ``resize_`` while
+recording, as torch's own ``FSDPMemTracker`` does; a ``DTensor`` (FSDP2's parameters, gradients and optimizer
+state) counts by its local tensor.
+
+What it does not show, and a GPU run does: memory a CUDA kernel or library takes for itself (cuBLAS and cuDNN
+workspaces), CUDA-only kernels and code paths (fused kernels, another autograd formula or optimizer implementation
+picked for CUDA), side streams (``record_stream``, FSDP2's and NCCL's streams: one stream here), temporaries made
+inside a tensor subclass's own dispatch (below the recording; FSDP2 makes its collectives' buffers outside it),
+NCCL's buffers and the CUDA context (outside the caching allocator anyway). And it counts what a GPU run keeps on
+the host if the program makes it on the CPU explicitly (the CPU run cannot tell such tensors apart): make those
 before :meth:`SimRecording.start` where you can (the example builds FSDP2's ``DeviceMesh``, whose rank tensor stays
-on the host, first). The snapshot says all this: its
-``"memviz_simulated"`` entry (:data:`~memviz.snapshots.ranks.SIMULATED_KEY`) names the simulated device and what was
-left out, and :func:`~memviz.snapshots.ranks.simulated_note` reads it back.
+on the host, first). The snapshot says so: its ``"memviz_simulated"`` entry
+(:data:`~memviz.snapshots.ranks.SIMULATED_KEY`) names the simulated device, what was left out and what may be
+counted extra, and :func:`~memviz.snapshots.ranks.simulated_note` reads it back.
 """
 
 from __future__ import annotations
