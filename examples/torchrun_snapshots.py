@@ -1,12 +1,13 @@
 """Record one CUDA memory snapshot per rank of a ``torchrun`` job (DDP or FSDP2 training), then view them side by side.
 
     torchrun --nproc-per-node 2 examples/torchrun_snapshots.py --out DIR [--strategy ddp|fsdp2] [--steps 3]
-        [--width 1024] [--depth 4] [--batch 64] [--backend auto|nccl|gloo] [--sim] [--sim-device H200]
+        [--width 1024] [--depth 4] [--batch 64] [--backend auto|nccl|gloo|fake] [--sim] [--sim-device H200]
+    RANK=1 WORLD_SIZE=2 python examples/torchrun_snapshots.py --out DIR --backend fake   # one rank, no peers
 
 Each rank does what a user's script does: ``init_process_group``, ``torch.cuda.set_device(local_rank)``,
-``torch.cuda.memory._record_memory_history()``, builds an MLP (``--depth`` layers of ``--width``), wraps it in
-``DistributedDataParallel`` or ``fully_shard`` (FSDP2), trains ``--steps`` steps with AdamW on random batches, and
-writes ``torch.cuda.memory._dump_snapshot(f"{DIR}/snapshot_rank{rank}.pickle")``. Then, in a notebook::
+``torch.cuda.memory._record_memory_history(stacks="python")``, builds an MLP (``--depth`` layers of ``--width``),
+wraps it in ``DistributedDataParallel`` or ``fully_shard`` (FSDP2), trains ``--steps`` steps with AdamW on random
+batches, and writes ``torch.cuda.memory._dump_snapshot(f"{DIR}/snapshot_rank{rank}.pickle")``. Then, in a notebook::
 
     from memviz.widgets import RankViewer
     RankViewer("DIR")        # a timeline and a segment map per rank, one event slider for all
@@ -14,7 +15,11 @@ writes ``torch.cuda.memory._dump_snapshot(f"{DIR}/snapshot_rank{rank}.pickle")``
 The process group: ``--backend auto`` (the default) takes NCCL when every rank has a GPU of its own, and gloo
 otherwise: NCCL refuses two ranks on one GPU, and with more ranks than GPUs rank ``r`` uses ``cuda:(local_rank %
 device_count)`` (two ranks on one H200 each record their own process's allocator; gloo's collectives on CUDA
-tensors go through host memory, NCCL's buffers are outside the caching allocator either way).
+tensors go through host memory, NCCL's buffers are outside the caching allocator either way). ``--backend fake``
+runs one rank alone, without ``torchrun`` or peers (``RANK`` and ``WORLD_SIZE`` from the environment), in torch's
+fake process group (``torch.testing._internal.distributed.fake_pg``): every collective does nothing, every buffer
+the rank makes is real; DDP then gets a comm hook that hands each bucket back as it is, since its own all-reduce
+cannot read the fake group's result.
 
 Without CUDA (or with ``--sim``) each rank runs the same training on CPU with gloo, and
 :class:`memviz.snapshots.sim_recording.SimRecording` stands in for ``_record_memory_history``: every tensor storage
@@ -45,7 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--width", type=int, default=1024, help="features of each layer (default 1024)")
     p.add_argument("--depth", type=int, default=4, help="Linear layers (default 4)")
     p.add_argument("--batch", type=int, default=64, help="samples per rank and step (default 64)")
-    p.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")
+    p.add_argument("--backend", choices=("auto", "nccl", "gloo", "fake"), default="auto")
     p.add_argument("--sim", action="store_true", help="CPU + memviz's simulator even where CUDA is available")
     p.add_argument("--sim-device", default="H200", help="the simulated GPU with --sim or without CUDA (default H200)")
     args = p.parse_args(argv)
@@ -67,7 +72,10 @@ def wrap(model: nn.Module, strategy: str, device: torch.device, mesh: object) ->
     """DDP, or FSDP2 (``fully_shard`` on each Linear, then on the whole model, over ``mesh``), as their tutorials do."""
     if strategy == "ddp":
         ids = [device.index] if device.type == "cuda" else None
-        return nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        ddp = nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        if dist.get_backend() == "fake":
+            ddp.register_comm_hook(None, _bucket_as_it_is)
+        return ddp
     from torch.distributed.fsdp import fully_shard
 
     for layer in model:
@@ -79,6 +87,13 @@ def wrap(model: nn.Module, strategy: str, device: torch.device, mesh: object) ->
 def make_optimizer(model: nn.Module) -> torch.optim.Optimizer:
     # foreach=True is what torch picks on CUDA by default; said here so that the CPU run takes the same code path
     return torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+
+
+def _bucket_as_it_is(state, bucket):  # no annotations: DDP checks them, and this file's are strings
+    """The fake group's all-reduce: the bucket, unchanged (what DDP's all-reduce leaves in place, less the sum)."""
+    future = torch.futures.Future()
+    future.set_result(bucket.buffer())
+    return future
 
 
 def train(model: nn.Module, optimizer: torch.optim.Optimizer, args: argparse.Namespace, device: torch.device,
@@ -107,8 +122,13 @@ def main(argv: list[str] | None = None) -> None:
         device = torch.device("cpu")
         if args.backend == "nccl":
             raise SystemExit("--backend nccl needs CUDA; without it the ranks run on CPU with gloo")
-        backend = "gloo"
-    dist.init_process_group(backend)
+        backend = "fake" if args.backend == "fake" else "gloo"
+    if backend == "fake":
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+
+        dist.init_process_group("fake", rank=rank, world_size=world, store=FakeStore())
+    else:
+        dist.init_process_group(backend)
     mesh = None
     if args.strategy == "fsdp2":
         from torch.distributed.device_mesh import init_device_mesh
@@ -118,7 +138,8 @@ def main(argv: list[str] | None = None) -> None:
     path = args.out / f"snapshot_rank{rank}.pickle"
 
     if use_cuda:
-        torch.cuda.memory._record_memory_history(max_entries=100_000)
+        # Python stacks only: symbolizing the C++ frames can take minutes when the snapshot is dumped
+        torch.cuda.memory._record_memory_history(max_entries=100_000, stacks="python")
         model = wrap(build_model(args.width, args.depth).to(device), args.strategy, device, mesh)
         optimizer = make_optimizer(model)
         train(model, optimizer, args, device, rank)
