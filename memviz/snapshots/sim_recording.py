@@ -30,7 +30,9 @@ counted extra, and :func:`~memviz.snapshots.ranks.simulated_note` reads it back.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
+import threading
 import time
 import weakref
 from collections.abc import Iterator
@@ -52,8 +54,10 @@ __all__ = ["COUNTED_EXTRA", "LEFT_OUT", "SIMULATED_KEY", "SimRecording", "simula
 
 LEFT_OUT = ("cuBLAS/cuDNN workspaces", "CUDA-only kernels and code paths", "side streams (one stream here)",
             "NCCL buffers and the CUDA context")
-COUNTED_EXTRA = ("tensors the program makes on the CPU explicitly, which a GPU run keeps on the host",)
 """What a simulated recording cannot show (see the module docstring)."""
+
+COUNTED_EXTRA = ("tensors the program makes on the CPU explicitly, which a GPU run keeps on the host",)
+"""What a simulated recording may count that a GPU run would not."""
 
 
 class _Capture(TorchDispatchMode):
@@ -108,7 +112,7 @@ class SimRecording:
             :class:`~memviz.devices.SimulatedDevice` (default ``"H200"``).
         index: the device index the snapshot names (``cuda:index``: a rank's local rank; default 0).
         alloc_conf: allocator settings in ``PYTORCH_CUDA_ALLOC_CONF`` syntax (default ``""``).
-        note: plain data kept in the snapshot's :data:`SIMULATED_KEY` entry (e.g. ``{"rank": 1}``).
+        note: plain data kept in the snapshot's ``memviz_simulated`` entry (e.g. ``{"rank": 1}``).
 
     Use :meth:`start` / :meth:`stop` (or ``with``) around the code to record, as ``_record_memory_history`` is;
     one recording per process and thread at a time. An allocation the simulated device cannot serve raises
@@ -120,8 +124,6 @@ class SimRecording:
 
     def __init__(self, device: str | int | SimulatedDevice = "H200", *, index: int = 0, alloc_conf: str = "",
                  note: dict[str, Any] | None = None) -> None:  # fmt: skip
-        import dataclasses
-
         self.device = dataclasses.replace(simulated_device(device), index=index)
         self.allocator = CachingAllocator(self.device.total_memory_bytes, alloc_conf=alloc_conf,
                                           device_name=f"GPU {index}", clock=_now_us)  # fmt: skip
@@ -131,6 +133,7 @@ class SimRecording:
         self._mode: _Capture | None = None
         self._resize_: Any = None  # torch's UntypedStorage.resize_, put back by stop()
         self.ops = collections.Counter()  # aten op -> storages it made (what the recording saw)
+        self._lock = threading.RLock()  # resize_ may come from another thread (the mode itself sees only this one)
 
     # -- recording ------------------------------------------------------------------------------------------------
 
@@ -172,6 +175,10 @@ class SimRecording:
         changed (``resize_``, an ``out=`` tensor grown) gives its block back and gets one of the new size, as the
         CUDA caching allocator does for a CUDA storage (FSDP2 frees each unsharded parameter with ``resize_(0)``
         after use and gets it back with ``resize_(n)``). Storages of 0 bytes hold no block, as on the GPU."""
+        with self._lock:
+            self._track_locked(storage, op)
+
+    def _track_locked(self, storage: torch.UntypedStorage, op: object) -> None:
         key, nbytes = id(storage), storage.nbytes()
         entry = self._live.get(key)
         if entry is not None:
@@ -195,19 +202,21 @@ class SimRecording:
     def _free_dead(self) -> None:
         """Free the storages that died since the last op (weak reference callbacks only queue: one may run inside
         the allocator, or on another thread)."""
-        while self._dead:
-            key = self._dead.popleft()
-            entry = self._live.get(key)
-            if entry is not None and entry[0]() is None:  # not a newer storage that took the dead one's id
-                del self._live[key]
-                self.allocator.free(entry[1])
+        with self._lock:
+            while self._dead:
+                key = self._dead.popleft()
+                entry = self._live.get(key)
+                if entry is not None and entry[0]() is None:  # not a newer storage that took the dead one's id
+                    del self._live[key]
+                    self.allocator.free(entry[1])
 
     # -- reading --------------------------------------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
-        """``torch.cuda.memory._snapshot()`` of the simulated device now, with the :data:`SIMULATED_KEY` note."""
+        """``torch.cuda.memory._snapshot()`` of the simulated device now, with its ``memviz_simulated`` note."""
         self._free_dead()
-        snap = self.allocator.snapshot()
+        with self._lock:
+            snap = self.allocator.snapshot()
         index = self.device.index
         for segment in snap["segments"]:
             segment["device"] = index
