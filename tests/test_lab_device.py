@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from memviz.backends import GpuInfo, cuda_available, device_index
+from memviz.backends import GpuInfo, cuda_available, cuda_devices, device_index
 from memviz.devices import PRESETS, SIM_NODE_GPUS, SimulatedDevice
 from memviz.errors import InputError, InputTypeError
 from memviz.lab import Lab
@@ -56,6 +56,7 @@ def test_an_index_keeps_the_simulated_gpu_and_a_preset_keeps_index_0():
 def test_auto_without_a_gpu_is_the_simulated_node():
     lab = Lab(device=SIM_NODE_GPUS - 1)
     assert lab.backend.kind == "sim" and lab.backend.index == SIM_NODE_GPUS - 1
+    assert cuda_devices() == []  # the dashboard's picker has nothing to offer
 
 
 @pytest.mark.parametrize(
