@@ -1,10 +1,10 @@
 """Per-rank snapshots on the real GPU (issue 26): the torchrun example's ranks on the one GPU, opened in the RankViewer.
 
-    python3 scripts/gpu_ranks_check.py --out DIR [--deadline-s 100]
+    python3 scripts/gpu_ranks_check.py --out DIR [--deadline-s 45]
     python3 scripts/gpu_ranks_check.py --view DIR      # the viewer part alone, on DIR's snapshots (any machine)
 
 Every job runs ``examples/torchrun_snapshots.py`` (2 ranks, an MLP of 4 x 1024 features, batch 64, 3 steps, AdamW),
-each job in its own processes, all jobs at once, each killed at ``--deadline-s`` (default 100 s):
+each job in its own processes, all jobs at once, each killed at ``--deadline-s`` (default 45 s):
 
 - ``ddp-gloo``, ``fsdp2-gloo``: ``torchrun --nproc-per-node 2 ... --strategy S`` on CUDA. Both ranks get cuda:0 (one
   GPU), so ``--backend auto`` takes gloo (NCCL refuses two ranks on one GPU); each rank's snapshot is its own
@@ -22,7 +22,7 @@ ipywidgets, plotly and anywidget (``.whl/`` in scripts/gpu-run.sh); without them
 ``--view DIR`` runs it later anywhere. Also checked on this machine: ``Lab(device=...)`` (index 0, ``"cuda:0"``, the
 current device; an index the machine lacks refused) and the dashboard's GPU picker (hidden with one GPU).
 
-Writes ``DIR/results.json``, ``DIR/summary.txt`` and ``DIR/<job>/`` (``snapshot_rank{0,1}.pickle``, ``log.txt``).
+Writes ``DIR/results.json``, ``DIR/summary.txt`` and ``DIR/<job>/`` (``snapshot_rank{0,1}.pickle``, ``log*.txt``).
 Expected run time on the H200: about 30-40 s (each rank's torch and CUDA start dominate).
 """
 
@@ -32,6 +32,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -49,7 +50,7 @@ JOBS = {  # name -> (strategy, how)
 
 
 def run_job(name: str, out: Path, deadline_s: float) -> dict[str, Any]:
-    """Run one job; return its return codes, seconds and the tail of its output (the rest is in ``log.txt``)."""
+    """Run one job; return its return codes, seconds and the tail of its output (all of it in ``log*.txt``)."""
     strategy, how = JOBS[name]
     folder = out / name
     folder.mkdir(parents=True, exist_ok=True)
@@ -63,23 +64,35 @@ def run_job(name: str, out: Path, deadline_s: float) -> dict[str, Any]:
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
         commands = [([*torchrun, *common, *(["--sim"] if how == "sim" else [])], {})]
     start = time.monotonic()
-    procs = [subprocess.Popen(cmd, env={**env, **extra}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              cwd=ROOT) for cmd, extra in commands]  # fmt: skip
-    outputs, codes = [], []
+    logs = [folder / f"log{i}.txt" for i in range(len(commands))]
+    procs = []
+    for (cmd, extra), log_path in zip(commands, logs, strict=True):
+        with open(log_path, "w") as log_file:  # a file, not a pipe: a rank left behind cannot block the reading
+            procs.append(subprocess.Popen(cmd, env={**env, **extra}, stdout=log_file, stderr=subprocess.STDOUT,
+                                          cwd=ROOT, start_new_session=True))  # fmt: skip
+    codes = []
     for proc in procs:
-        try:
-            text, _ = proc.communicate(timeout=max(1.0, deadline_s - (time.monotonic() - start)))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            text, _ = proc.communicate()
-            text += "\n[killed at the deadline]"
-        outputs.append(text)
-        codes.append(proc.returncode)
-    log = "\n".join(outputs)
-    (folder / "log.txt").write_text(log)
+        codes.append(_wait(proc, deadline_s - (time.monotonic() - start)))
+    log = "\n".join(p.read_text(errors="replace") for p in logs)
     lines = [line for line in log.splitlines() if line.startswith("rank ")]
-    return {"strategy": strategy, "how": how, "returncodes": codes, "seconds": round(time.monotonic() - start, 1),
-            "rank_lines": lines, "tail": log[-1500:] if any(codes) else ""}  # fmt: skip
+    seconds = time.monotonic() - start
+    return {"strategy": strategy, "how": how, "returncodes": codes, "seconds": round(seconds, 1),
+            "stopped_at_deadline": seconds >= deadline_s, "rank_lines": lines,
+            "tail": log[-1500:] if any(codes) else ""}  # fmt: skip
+
+
+def _wait(proc: subprocess.Popen, timeout_s: float) -> int:
+    """``proc``'s return code; past ``timeout_s``, SIGTERM (torchrun's agent then stops the ranks it started, each in
+    a session of its own), and 10 s later SIGKILL to ``proc``'s session; -9 or -15 says it was stopped."""
+    try:
+        return proc.wait(timeout=max(1.0, timeout_s))
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+    try:
+        return proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        return proc.wait()
 
 
 def read_job(folder: Path) -> dict[str, Any]:
@@ -208,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, help="where the jobs write (required unless --view)")
     p.add_argument("--view", type=Path, help="only open DIR's jobs in the viewer (results.json updated)")
-    p.add_argument("--deadline-s", type=float, default=100.0, help="each job's wall-clock limit (default 100)")
+    p.add_argument("--deadline-s", type=float, default=45.0, help="each job's wall-clock limit (default 45)")
     args = p.parse_args(argv)
     if args.view is not None:
         out = args.view
