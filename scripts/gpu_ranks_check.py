@@ -173,7 +173,9 @@ def sim_vs_real(jobs: dict[str, Any]) -> list[dict[str, Any]]:
                 ranks = jobs.get(f"{strategy}-{how}", {}).get("snapshots", {}).get("ranks", [])
                 for r in (r for r in ranks if r["rank"] == rank):
                     row[f"{how}_peak_allocated"], row[f"{how}_peak_reserved"] = r["peak_allocated"], r["peak_reserved"]
-            real = row.get("gloo_peak_reserved") or row.get("fake_peak_reserved")
+                    row[f"{how}_simulated"] = r["simulated"]  # without CUDA every job is the CPU stand-in
+            real = next((row[f"{how}_peak_reserved"] for how in ("gloo", "fake")
+                         if f"{how}_peak_reserved" in row and not row[f"{how}_simulated"]), None)
             if real and row.get("sim_peak_reserved"):
                 row["sim_reserved_error_pct"] = round(100 * (row["sim_peak_reserved"] - real) / real, 2)
             rows.append(row)
