@@ -41,6 +41,7 @@ FILE_COST_S = {
     "tests/test_sim_golden.py": 10.2,
     "tests/test_fit_panel.py": 9.6,
     "tests/test_hostile_lab.py": 8.0,
+    "tests/test_torchrun_example.py": 8.0,  # estimated: two torchrun ranks on CPU (process start dominates)
     "tests/test_predict_recorded.py": 7.0,
     "tests/test_snapshot_viewer.py": 7.0,
     "tests/test_widgets.py": 7.0,

@@ -105,7 +105,12 @@ class Lab(StreamActions):
     Args:
         backend: ``"auto"`` (real GPU when CUDA is available, else the simulator), ``"cuda"``, ``"sim"``,
             or a :class:`~memviz.backends.Backend`.
-        device: the simulated device (preset name such as ``"A100-80GB"``, or a size), or the CUDA index.
+        device: a device index (``1``, ``"cuda:1"``, ``torch.device("cuda", 1)``), or on the simulator a
+            simulated GPU (preset name such as ``"A100-80GB"``, or a size such as ``"24 GiB"``). On a GPU the
+            index picks the CUDA device (default: the current one); on the simulator, which GPU of a simulated
+            8-GPU node the lab is, which names the device in snapshots and messages and changes nothing else
+            (see :func:`memviz.backends.select_backend`). An index the machine lacks (``7`` on one GPU), ``-1``
+            or ``"cuda:x"`` raises :class:`~memviz.errors.InputError`.
         cap: cap the allocator's cache (``"2 GiB"`` or bytes) with the per-process memory fraction, so
             that OOM and fragmentation show in seconds; None: no cap.
         alloc_conf: allocator settings, ``PYTORCH_CUDA_ALLOC_CONF`` syntax.
@@ -114,7 +119,7 @@ class Lab(StreamActions):
     def __init__(
         self,
         backend: str | Backend = "auto",
-        device: str | int | SimulatedDevice | None = None,
+        device: str | int | SimulatedDevice | Any | None = None,
         cap: int | str | None = None,
         alloc_conf: str | None = None,
     ) -> None:

@@ -10,6 +10,7 @@
 #   bash scripts/gpu-run.sh record-runs  # evaluation/record_runs.py alone
 #   bash scripts/gpu-run.sh lessons   # scripts/record_lessons_gpu.py: every lesson's GPU output, lesson 9's what-ifs for real
 #   bash scripts/gpu-run.sh execute   # notebooks in $EXECUTE (default lessons 10, 11) executed, kept with their outputs
+#   bash scripts/gpu-run.sh ranks     # scripts/gpu_ranks_check.py: the torchrun example's per-rank snapshots, in the RankViewer
 #   bash scripts/gpu-run.sh check lessons record
 #
 # RECORD_RUNS_ARGS / RECORD_STREAMS_ARGS / RECORD_LESSONS_ARGS add to the recorders' arguments, NBVAL_PATHS (default
@@ -80,6 +81,7 @@ for name in sys.argv[2:]:
       wait
       ;;
     record-runs) mkdir -p "$out/runs"; phase record-runs python3 evaluation/record_runs.py --out "$out/runs" ${RECORD_RUNS_ARGS:-} ;;
+    ranks) phase ranks python3 scripts/gpu_ranks_check.py --out "$out/ranks" ;;
     *) echo "unknown phase $what" >> "$out/logs/status.txt" ;;
   esac
 done

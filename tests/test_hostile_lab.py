@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memviz.devices import SimulatedDevice
 from memviz.errors import SizeError
 from memviz.lab import Lab
 from memviz.widgets.controls import Controls, parse_size_field
@@ -102,7 +103,8 @@ def test_free_takes_names_as_arguments_or_in_lists(lab):
         ({"alloc_conf": []}, TypeError, r"not list \[\]"),
         ({"backend": 3}, ValueError, "backend must be one of"),
         ({"device": "1024 TiB"}, ValueError, "device='1024 TiB' has 1024.00 TiB; the simulator models devices of up"),
-        ({"device": 2**62, "cap": 2**62 - 1}, ValueError, "the simulator models devices of up to 16.00 TiB"),
+        ({"device": 2**62, "cap": 2**62 - 1}, ValueError, "an int is a device index: the simulator models a node of "
+         "8 GPUs.*pass a size with a unit"),
         ({"device": "T4", "cap": "17 GiB"}, ValueError, "cap=17.00 GiB .* is more than the device's 16.00 GiB"),
         ({"device": "T4", "cap": 1.5}, ValueError, "float"),
         ({"device": True}, ValueError, "not True"),
@@ -117,7 +119,7 @@ def test_lab_arguments_are_checked_at_the_boundary(kwargs, error, words):
 @given(st.integers(1, 1 << 44), st.data())
 def test_a_cap_is_the_limit_in_force(total, data):
     cap = data.draw(st.integers(1, total))
-    lab = Lab("sim", device=total, cap=cap)
+    lab = Lab("sim", device=SimulatedDevice(f"{total} B GPU", total), cap=cap)  # an int device is an index
     limit = lab.backend.allocator.allowed_memory_bytes
     assert lab.backend.cap_bytes == cap
     assert limit == (None if cap == total else cap)

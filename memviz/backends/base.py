@@ -44,12 +44,14 @@ class Backend(ABC):
 
     Attributes:
         kind: ``"cuda"`` or ``"sim"``: the name ``Lab(backend=...)`` takes for it.
+        index: the device index (``cuda:1`` is 1): the CUDA device's, or which GPU of the simulated node.
         device_name: e.g. ``"NVIDIA H200"``.
         total_memory_bytes: the device's total memory.
         oom_errors: exception types an allocation raises when the allocator runs out of memory.
     """
 
     kind: str
+    index: int = 0
     device_name: str
     total_memory_bytes: int
     oom_errors: tuple[type[BaseException], ...]
@@ -184,7 +186,8 @@ class Backend(ABC):
     def describe(self) -> str:
         """One line saying which backend runs, on what device, under which cap and config."""
         what = "real GPU (torch.cuda)" if self.kind == "cuda" else "simulator (memviz.sim)"
-        text = f"{what}: {self.device_name}, {format_bytes(self.total_memory_bytes)}"
+        where = f"cuda:{self.index}, " if self.index else ""
+        text = f"{what}: {where}{self.device_name}, {format_bytes(self.total_memory_bytes)}"
         if self.cap_bytes is not None:
             text += f", capped at {format_bytes(self.cap_bytes)}"
         text += f", PYTORCH_CUDA_ALLOC_CONF={self.alloc_conf!r}" if self.alloc_conf else ", default allocator config"

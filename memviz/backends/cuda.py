@@ -22,7 +22,8 @@ class CudaBackend(Backend):
     """PyTorch's allocator on a real CUDA device.
 
     Args:
-        device: CUDA device index (default 0).
+        device: CUDA device index (default None: the current device, ``torch.cuda.current_device()``, as
+            ``torch.cuda.memory_stats()`` reads it; in a ``torchrun`` rank after ``torch.cuda.set_device``, its own).
         cap_bytes: cap the cache with ``torch.cuda.set_per_process_memory_fraction`` so that OOM and
             fragmentation show in seconds; None leaves the process uncapped.
         alloc_conf: ``PYTORCH_CUDA_ALLOC_CONF`` to use. Before CUDA starts it is put in the environment;
@@ -37,13 +38,16 @@ class CudaBackend(Backend):
     kind = "cuda"
     oom_errors = (torch.cuda.OutOfMemoryError,)
 
-    def __init__(self, device: int = 0, cap_bytes: int | None = None, alloc_conf: str | None = None) -> None:
+    def __init__(self, device: int | None = None, cap_bytes: int | None = None, alloc_conf: str | None = None) -> None:
         if not torch.cuda.is_available():
             raise RuntimeError("CUDA is not available here; use the simulator (backend='sim')")
         alloc_conf = check_alloc_conf(alloc_conf)
         count = torch.cuda.device_count()
+        if device is None:
+            device = torch.cuda.current_device()
         if isinstance(device, bool) or not isinstance(device, int) or not 0 <= device < count:
-            raise InputError(f"device must be a CUDA device index from 0 to {count - 1} (this machine has {count}), "
+            gpus = "one GPU, cuda:0" if count == 1 else f"{count} GPUs, cuda:0 to cuda:{count - 1}"
+            raise InputError(f"device must be a CUDA device index from 0 to {count - 1} (this machine has {gpus}), "
                              f"not {device!r}")
         if alloc_conf is not None:
             if torch.cuda.is_initialized():
@@ -54,6 +58,7 @@ class CudaBackend(Backend):
                 os.environ["PYTORCH_CUDA_ALLOC_CONF"] = alloc_conf
         self._alloc_conf = alloc_conf if alloc_conf is not None else os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
         self.device = torch.device("cuda", device)
+        self.index = device
         torch.cuda.init()
         props = torch.cuda.get_device_properties(self.device)
         self.device_name = props.name
@@ -64,6 +69,7 @@ class CudaBackend(Backend):
         self._capture: tuple[torch.cuda.CUDAGraph, torch.cuda.graph] | None = None  # graph, its open context
         self._pools: dict[tuple[int, int], torch.cuda.MemPool] = {}  # new_pool's pools by id
         self._sleep_cycles_per_s: float | None = None  # torch.cuda._sleep's speed, measured on first use
+        self._own_capture_stream: torch.cuda.Stream | None = None  # see _capture_stream_for_device
 
     def empty(self, request: Request) -> torch.Tensor:
         return torch.empty(request.shape, dtype=getattr(torch, request.dtype), device=self.device)
@@ -117,20 +123,34 @@ class CudaBackend(Backend):
     def begin_capture(self, pool_id: tuple[int, int] | None) -> torch.cuda.CUDAGraph:
         if self._capture is not None:
             raise InputError("a capture is already underway; end it first")
-        g = torch.cuda.CUDAGraph()
-        # thread_local: CUDA calls of other threads (a data loader, the kernel's own) stay legal during it
-        context = torch.cuda.graph(g, pool=pool_id, capture_error_mode="thread_local")
-        context.__enter__()
+        with torch.cuda.device(self.device):  # the graph, and a first default capture stream, on this device
+            g = torch.cuda.CUDAGraph()
+            # thread_local: CUDA calls of other threads (a data loader, the kernel's own) stay legal during it
+            context = torch.cuda.graph(g, pool=pool_id, stream=self._capture_stream_for_device(),
+                                       capture_error_mode="thread_local")
+            context.__enter__()  # its stream context makes the capture stream's device current until __exit__
         self._capture = (g, context)
         return g
+
+    def _capture_stream_for_device(self) -> torch.cuda.Stream | None:
+        """None (``torch.cuda.graph``'s one default capture stream) unless that stream lives on another device:
+        torch makes it once per process, on the device current at the first capture; then a stream of this
+        device's own, made once."""
+        default = torch.cuda.graph.default_capture_stream
+        if default is None or default.device == self.device:
+            return None
+        if self._own_capture_stream is None:
+            self._own_capture_stream = torch.cuda.Stream(self.device)
+        return self._own_capture_stream
 
     def end_capture(self, graph: torch.cuda.CUDAGraph) -> None:
         if self._capture is None or self._capture[0] is not graph:
             raise InputError("end_capture() of a graph that is not being captured")
         context = self._capture[1]
         self._capture = None
-        torch.cuda._sleep(1)  # one kernel, so that the graph is not empty (replay needs a node); allocates nothing
-        context.__exit__(None, None, None)
+        with torch.cuda.device(self.device):  # the capture stream is this device's current stream
+            torch.cuda._sleep(1)  # one kernel, so that the graph is not empty (replay needs a node); allocates nothing
+            context.__exit__(None, None, None)
 
     def capture_stream(self, graph: torch.cuda.CUDAGraph) -> torch.cuda.Stream:
         """The capture stream; only while ``graph`` is being captured (the current stream then)."""

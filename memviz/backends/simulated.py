@@ -56,7 +56,8 @@ class SimulatedBackend(Backend):
 
     Args:
         device: a preset name (``"T4"``, ``"A100-80GB"``, ...; see :data:`memviz.devices.PRESETS`),
-            a size (``"24 GiB"`` or bytes) or a :class:`~memviz.devices.SimulatedDevice`. Default ``"T4"``.
+            a size (``"24 GiB"`` or bytes) or a :class:`~memviz.devices.SimulatedDevice` (whose ``index`` says
+            which GPU of the simulated node it is: ``cuda:0`` for a preset or a size). Default ``"T4"``.
         cap_bytes: cap the cache like ``set_per_process_memory_fraction(cap_bytes / total)``; None: no cap.
         alloc_conf: allocator settings in ``PYTORCH_CUDA_ALLOC_CONF`` syntax; ``""`` for the defaults.
     """
@@ -76,7 +77,9 @@ class SimulatedBackend(Backend):
         self.device_name = self.device.name
         self.total_memory_bytes = self.device.total_memory_bytes
         fraction, self._cap_bytes = fraction_and_cap(cap_bytes, self.total_memory_bytes)
-        self.allocator = CachingAllocator(self.total_memory_bytes, memory_fraction=fraction, alloc_conf=alloc_conf)
+        self.index = self.device.index
+        self.allocator = CachingAllocator(self.total_memory_bytes, memory_fraction=fraction, alloc_conf=alloc_conf,
+                                          device_name=f"GPU {self.index}")
         self._alloc_conf = alloc_conf
         self._stream = 0  # the current stream: 0, or the one on_stream / a capture made current
         self._last_stream = 0
@@ -195,10 +198,21 @@ class SimulatedBackend(Backend):
         return self.allocator.memory_stats()
 
     def snapshot(self) -> dict:
-        return self.allocator.snapshot()
+        """``_snapshot()`` as torch gives it for a process that used only this device: its segments carry
+        ``"device": index`` and ``device_traces[index]`` holds the trace (the lists before it are empty)."""
+        snap = self.allocator.snapshot()
+        if self.index:
+            for segment in snap["segments"]:
+                segment["device"] = self.index
+            snap["device_traces"] = [[] for _ in range(self.index)] + snap["device_traces"]
+        return snap
 
     def segments(self) -> list[dict]:
-        return self.allocator.segments()
+        segments = self.allocator.segments()
+        if self.index:
+            for segment in segments:
+                segment["device"] = self.index
+        return segments
 
     def reset_peak_memory_stats(self) -> None:
         self.allocator.reset_peak_memory_stats()

@@ -6,8 +6,9 @@ groups its rows by pool and stream); each piece also works alone in a lesson (``
 ``MemoryGauges(lab)``, ``Timeline(lab)``): call ``.refresh()`` after changing the lab, or ``.watch()`` to
 refresh after every cell. For a recorded run:
 ``SnapshotViewer("my_run.pickle")`` scrubs its events, ``WhatIfTable("my_run.pickle", configs)`` replays it
-under other allocator configs. ``fit_panel(train)`` predicts a program's memory as its arguments and the
-target GPU change (:mod:`memviz.widgets.fit_panel`).
+under other allocator configs, and ``RankViewer("DIR")`` shows a ``torchrun`` job's per-rank snapshots side by
+side. ``fit_panel(train)`` predicts a program's memory as its arguments and the target GPU change
+(:mod:`memviz.widgets.fit_panel`).
 """
 
 from memviz.widgets.backend_panel import CONFIG_PRESETS
@@ -17,6 +18,7 @@ from memviz.widgets.event_log import EventLog, OOMBanner
 from memviz.widgets.fit_panel import FitPanel, fit_panel
 from memviz.widgets.gauges import MemoryGauges
 from memviz.widgets.live import CellHook
+from memviz.widgets.rank_viewer import RankViewer
 from memviz.widgets.segment_map import SegmentMap, StateMap, segment_bars
 from memviz.widgets.snapshot_viewer import SnapshotViewer
 from memviz.widgets.timeline import Timeline
@@ -31,6 +33,7 @@ __all__ = [
     "FitPanel",
     "MemoryGauges",
     "OOMBanner",
+    "RankViewer",
     "SegmentMap",
     "SnapshotViewer",
     "StateMap",

@@ -124,9 +124,10 @@ class Controls(Piece):
 
     Attributes: the panels ``allocation`` (:class:`AllocatePanel`), ``actions`` (:class:`ActionsPanel`) and
     ``backend`` (:class:`~memviz.widgets.backend_panel.BackendPanel`); their fields ``size``, ``dtype``,
-    ``count``, ``name``, ``free_pick``, ``kind``, ``device``, ``cap``, ``config``; ``buttons`` (by description:
-    ``"Allocate"``, ``"Free"``, ``"Free all"``, ``"gc.collect()"``, ``"empty_cache()"``, ``"reset stats"``,
-    ``"new lab"``, and the streams panel's); ``status`` shows the last event or error, ``error`` the last error.
+    ``count``, ``name``, ``free_pick``, ``kind``, ``gpu`` (the CUDA device picker), ``device``, ``cap``,
+    ``config``; ``buttons`` (by description: ``"Allocate"``, ``"Free"``, ``"Free all"``, ``"gc.collect()"``,
+    ``"empty_cache()"``, ``"reset stats"``, ``"new lab"``, and the streams panel's); ``status`` shows the last
+    event or error, ``error`` the last error.
     """
 
     def __init__(
@@ -150,6 +151,7 @@ class Controls(Piece):
         self.size, self.dtype, self.count, self.name = a.size, a.dtype, a.count, a.name
         self.free_pick = self.actions.free_pick
         self.kind, self.device, self.cap, self.config, self.cuda = b.kind, b.device, b.cap, b.config, b.cuda
+        self.gpu = b.gpu
         self.buttons: dict[str, W.Button] = {"Allocate": a.button, **self.actions.buttons, "new lab": b.new_button}
         self.streams = StreamsPanel() if streams else None
         runs: dict[str, Callable[[], Event]] = {"Allocate": self._allocate, "Free": lambda: self.actions.free(self.lab)}
