@@ -11,6 +11,10 @@
 #   bash scripts/gpu-run.sh lessons   # scripts/record_lessons_gpu.py: every lesson's GPU output, lesson 9's what-ifs for real
 #   bash scripts/gpu-run.sh execute   # notebooks in $EXECUTE (default lessons 10, 11) executed, kept with their outputs
 #   bash scripts/gpu-run.sh ranks     # scripts/gpu_ranks_check.py: the torchrun example's per-rank snapshots, in the RankViewer
+#   bash scripts/gpu-run.sh field     # the programs people run, a fresh process each, three recorders at once:
+#                                     # evaluation/programs/hf*.py (record_programs.py), dist*.py (record_dist.py, one
+#                                     # process per rank), then scripts/record_snapshots.py and evaluation/programs/zoo.py
+#   bash scripts/gpu-run.sh watch     # scripts/gpu_watch_check.py: a training loop watched live (peaks, OOM, overhead)
 #   bash scripts/gpu-run.sh check lessons record
 #
 # RECORD_RUNS_ARGS / RECORD_STREAMS_ARGS / RECORD_LESSONS_ARGS add to the recorders' arguments, NBVAL_PATHS (default
@@ -21,7 +25,10 @@ cd "$(dirname "$0")/.."
 out=${OUT:-gpu-run-out}; mkdir -p "$out/logs"
 start=$(date +%s); budget=${BUDGET_S:-570}
 left() { echo $(( budget - ($(date +%s) - start) - 20 )); }
-pack() { tar -czf "$out/gpu-run.tgz" -C "$out" --exclude gpu-run.tgz . 2>/dev/null; ls -la "$out"; }
+pack() {  # one archive in 15 MiB parts (the device tool brings back files of at most 16 MiB): cat gpu-run.tgz.part-* | tar -xz
+  tar -czf - -C "$out" --exclude 'gpu-run.tgz.part-*' . 2>/dev/null | split -b 15m - "$out/gpu-run.tgz.part-"
+  ls -la "$out"
+}
 trap pack EXIT
 
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -37,6 +44,8 @@ nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
 python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))" \
   > "$out/logs/torch.txt" 2>&1
 nproc > "$out/logs/nproc.txt"
+python3 -m pip list 2>/dev/null | grep -iE "^(torch|transformers|peft|accelerate|timm|torchvision|nvidia-ml-py) " \
+  > "$out/logs/versions.txt"
 
 phase() {  # phase NAME COMMAND...: run with the time left, log to logs/NAME.log, status to logs/status.txt
   local name=$1; shift
@@ -82,6 +91,22 @@ for name in sys.argv[2:]:
       ;;
     record-runs) mkdir -p "$out/runs"; phase record-runs python3 evaluation/record_runs.py --out "$out/runs" ${RECORD_RUNS_ARGS:-} ;;
     ranks) phase ranks python3 scripts/gpu_ranks_check.py --out "$out/ranks" ;;
+    watch) phase watch python3 scripts/gpu_watch_check.py --out "$out/watch" ;;
+    field)  # three recorders side by side, each set's deadline within the budget; every run is its own process
+      t=$(left); each=$(( t / 2 - 10 ))
+      ( phase record-hf python3 evaluation/record_programs.py --module evaluation.programs.hf --out "$out/hf" \
+          --jobs ${FIELD_JOBS:-6} --deadline-s $each
+        phase record-hf-heldout python3 evaluation/record_programs.py --module evaluation.programs.hf_heldout \
+          --out "$out/hf_heldout" --jobs ${FIELD_JOBS:-6} --deadline-s $(( $(left) - 15 )) ) &
+      ( phase record-dist python3 evaluation/record_dist.py --module evaluation.programs.dist --out "$out/dist" \
+          --jobs ${FIELD_JOBS:-6} --deadline-s $each
+        phase record-dist-heldout python3 evaluation/record_dist.py --module evaluation.programs.dist_heldout \
+          --out "$out/dist_heldout" --jobs ${FIELD_JOBS:-6} --deadline-s $(( $(left) - 15 )) ) &
+      ( phase record-single python3 scripts/record_snapshots.py --out "$out/single" --jobs 3 --deadline-s $each
+        phase record-zoo python3 evaluation/record_programs.py --module evaluation.programs.zoo --out "$out/zoo" \
+          --jobs 2 --deadline-s 120 ) &
+      wait
+      ;;
     *) echo "unknown phase $what" >> "$out/logs/status.txt" ;;
   esac
 done
