@@ -103,6 +103,25 @@ CONFS = ["", "expandable_segments:True", "max_split_size_mb:20", "roundup_power2
          "garbage_collection_threshold:0.6", "max_split_size_mb:40,garbage_collection_threshold:0.5"]
 
 
+@pytest.mark.parametrize("conf", CONFS)
+def test_size_rule_edges_run_the_same_both_ways(conf: str) -> None:
+    """Each edge size requested after a cached block of each of a range of sizes was freed (beside a live block
+    in a small segment, or a whole large segment): where rounding, best fit and splitting change their answer."""
+    cached = [512, MiB, 2 * MiB, 5 * MiB, 12 * MiB, 20 * MiB, 22 * MiB, 30 * MiB, 39 * MiB, 41 * MiB, 64 * MiB]
+    fraction = 0.8 if "garbage" in conf else None
+    for first in cached:
+        for edge in EDGES:
+            pair = Pair(1 << 30, memory_fraction=fraction, alloc_conf=conf)
+            kept = pair.call("malloc", MiB)
+            freed = pair.call("malloc", first)
+            pair.call("free", freed)
+            for size in (edge, edge, first):
+                pair.call("malloc", size)
+            pair.call("free", kept)
+            pair.call("empty_cache")
+            pair.check_state()
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(conf=st.sampled_from(CONFS), capacity_mb=st.integers(40, 300), ops=OPS)
 def test_random_programs_run_the_same_both_ways(conf: str, capacity_mb: int, ops: list) -> None:
