@@ -1,15 +1,19 @@
 """Replay benchmark for memviz.sim: median microseconds per op.
 
-usage: python3 benchmarks/bench_sim.py [--repeats N] [--synthetic-ops N] [--cpu-time]
+usage: python3 benchmarks/bench_sim.py [--repeats N] [--synthetic-ops N] [--cpu-time] [--paths]
 
 Times, without any comparison, the replay (:func:`memviz.sim.replay`, the engine every what-if uses) of
 every golden ``random-*`` trace in tests/data/golden and of a seeded synthetic trace (default 200,000
 ops) through ``CachingAllocator`` with all stats
 and history recording on. Each replay starts from a fresh allocator (built outside the timing);
 one untimed warm-up replay precedes the timed ones. Prints the median and the minimum of
-``--repeats`` runs (default 7) for each, then a one-line summary. ``--cpu-time`` times with
-``time.process_time`` instead of the wall clock: steadier on a machine shared with other work.
-For reference: the real allocator through PyTorch costs 2.4 µs/op on an H200.
+``--repeats`` runs (default 7) for each, then a one-line summary, and the machine's load average
+(1 minute) before and after. ``--cpu-time`` times with ``time.process_time`` instead of the wall clock:
+steadier on a machine shared with other work. ``--paths`` times the allocator's two ways of running
+``malloc`` / ``free`` (``fast_paths=True``, the default, and ``fast_paths=False``, the methods that read
+beside the C++; see :mod:`memviz.sim._fastpath`), their replays alternating, and prints both with the
+readable one's cost relative to the fast one. For reference: the real allocator through PyTorch costs
+2.4 µs/op on an H200.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import random
 import statistics
 import sys
@@ -69,12 +74,18 @@ def time_replay(make: Callable[[], CachingAllocator], ops: list[Op], clock: Call
     return (clock() - t0) / max(1, len(ops))
 
 
-def timings_us(make: Callable[[], CachingAllocator], ops: list[Op], repeats: int,
-               clock: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
-    """Return (median, min) µs per op over ``repeats`` replays, after one untimed warm-up."""
-    time_replay(make, ops, clock)
-    times = [time_replay(make, ops, clock) * 1e6 for _ in range(repeats)]
-    return statistics.median(times), min(times)
+def timings_us(makers: list[Callable[[], CachingAllocator]], ops: list[Op], repeats: int,
+               clock: Callable[[], float] = time.perf_counter) -> list[tuple[float, float]]:
+    """Return (median, min) µs per op over ``repeats`` replays for each allocator maker, after one untimed
+    warm-up each; with several makers their replays alternate, so that a change of the machine's load
+    falls on all of them alike."""
+    for make in makers:
+        time_replay(make, ops, clock)
+    times: list[list[float]] = [[] for _ in makers]
+    for _ in range(repeats):
+        for make, out in zip(makers, times, strict=True):
+            out.append(time_replay(make, ops, clock) * 1e6)
+    return [(statistics.median(t), min(t)) for t in times]
 
 
 def main() -> None:
@@ -82,24 +93,35 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--synthetic-ops", type=int, default=200_000)
     parser.add_argument("--cpu-time", action="store_true", help="time.process_time instead of the wall clock")
+    parser.add_argument("--paths", action="store_true",
+                        help="also time fast_paths=False (the readable methods), alternating with the default")
     args = parser.parse_args()
     clock = time.process_time if args.cpu_time else time.perf_counter
-    medians: list[float] = []
+    fast_paths = (True, False) if args.paths else (True,)
+    medians: list[list[float]] = [[] for _ in fast_paths]
 
-    def report(config: str, trace: str, n_ops: int, make: Callable[[], CachingAllocator], ops: list[Op]) -> None:
-        median, best = timings_us(make, ops, args.repeats, clock)
-        medians.append(median)
-        print(f"{config:>14} {trace:<10} {n_ops:>7} ops  median {median:5.2f}  min {best:5.2f} us/op")
+    def report(config: str, trace: str, n_ops: int, make: Callable[..., CachingAllocator], ops: list[Op]) -> None:
+        makers = [lambda fast=fast: make(fast_paths=fast) for fast in fast_paths]
+        timings = timings_us(makers, ops, args.repeats, clock)
+        line = f"{config:>14} {trace:<10} {n_ops:>7} ops"
+        for out, (median, best) in zip(medians, timings, strict=True):
+            out.append(median)
+            line += f"  median {median:5.2f}  min {best:5.2f} us/op"
+        if args.paths:
+            line += f"  readable/fast {timings[1][0] / timings[0][0]:.2f}"
+        print(line)
 
-    print(f"median and min of {args.repeats} replays, {'CPU' if args.cpu_time else 'wall'} time")
+    print(f"median and min of {args.repeats} replays, {'CPU' if args.cpu_time else 'wall'} time"
+          + (", fast paths then readable paths, alternating" if args.paths else "")
+          + f"; load average {os.getloadavg()[0]:.2f} (1 min, {os.cpu_count()} CPUs)")
     for path in sorted(GOLDEN.glob("*.json.gz")):
         with gzip.open(path, "rt") as f:
             data = json.load(f)
         meta = data["meta"]
 
-        def make(meta: dict = meta) -> CachingAllocator:
+        def make(meta: dict = meta, **kwargs: bool) -> CachingAllocator:
             return CachingAllocator(meta["total_memory"], memory_fraction=meta["fraction"],
-                                    alloc_conf=meta["alloc_conf"])
+                                    alloc_conf=meta["alloc_conf"], **kwargs)
 
         for trace in data["traces"]:
             if not trace["name"].startswith("random") or "rerun" in trace["name"]:
@@ -108,14 +130,16 @@ def main() -> None:
             report(meta["config"], trace["name"], len(ops), make, ops)
     ops = synthetic_ops(args.synthetic_ops)
     for conf in ("", "expandable_segments:True"):
-        def make(conf: str = conf) -> CachingAllocator:
-            return CachingAllocator(80 << 30, alloc_conf=conf)
+        def make(conf: str = conf, **kwargs: bool) -> CachingAllocator:
+            return CachingAllocator(80 << 30, alloc_conf=conf, **kwargs)
 
         report("synthetic", "expandable" if conf else "default", len(ops), make, ops)
-    print(f"summary: {len(medians)} medians, worst {max(medians):.2f} us/op, "
-          f"median of medians {statistics.median(medians):.2f} us/op; "
-          f"{sum(m <= 2.4 for m in medians)}/{len(medians)} <= 2.4 us/op (torch on an H200), "
-          f"{sum(m <= 4.0 for m in medians)}/{len(medians)} <= 4 us/op")
+    for fast, ms in zip(fast_paths, medians, strict=True):
+        print(f"summary{'' if fast else ' (readable paths)'}: {len(ms)} medians, worst {max(ms):.2f} us/op, "
+              f"median of medians {statistics.median(ms):.2f} us/op; "
+              f"{sum(m <= 2.4 for m in ms)}/{len(ms)} <= 2.4 us/op (torch on an H200), "
+              f"{sum(m <= 4.0 for m in ms)}/{len(ms)} <= 4 us/op")
+    print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ by side: ``malloc`` → ``round_size``, ``get_pool``, ``get_allocation_size``, `
 ``empty_cache`` → ``release_cached_blocks`` → ``synchronize_and_free_events``, ``release_blocks`` →
 ``release_block``; ``malloc`` starts with ``process_events``. One device; streams, ``record_stream`` and
 private pools (CUDA graphs, ``MemPool``) as in :mod:`memviz.sim.pools` and :mod:`memviz.sim.graphs`. The
-size rules live once, in :mod:`memviz.sim.rules`; the counters change as :mod:`memviz.sim.stats`'s
-``increase_stat`` / ``decrease_stat`` say, called or (in the hot paths) inlined.
+size rules live once, in :mod:`memviz.sim.rules`; the counters change only through :mod:`memviz.sim.stats`'s
+``increase_stat`` / ``decrease_stat``.
 
 Streams are ints (torch's ``cudaStream_t`` value; 0 is the default stream). The simulator runs no
 kernels, so it cannot know when a stream's work ends: a CUDA event recorded by ``insert_events`` completes
@@ -16,41 +16,39 @@ when the program says the stream is done (:meth:`CachingAllocator.synchronize`, 
 ``torch.cuda.synchronize()`` / ``Stream.synchronize()``), and, as in torch, the block is freed by the
 next ``malloc`` (``process_events``) or by ``empty_cache`` (which waits for every event).
 
-The default stream and the device's own pools stay on the fast paths: ``malloc`` leaves them only when
-``stream`` is not 0, a capture is underway or a free waits on events; ``free`` only for a block that
-``record_stream`` marked.
+The default stream and the device's own pools take the short way: ``malloc`` leaves it only when
+``stream`` is not 0, a capture is underway or a free waits on events (``_slow_pool``); ``free`` only for a
+block that ``record_stream`` marked.
 
 Speed comes from the data layout (see :mod:`memviz.sim.stats` and :mod:`memviz.sim.blocks`): the
 counters are flat int lists with ``freed`` and the aggregate's totals derived, a pool is a sorted
-list of int keys, the trace is a list of tuples turned into dicts only by ``snapshot()``. The hot
-paths alias attributes to locals and inline a few calls, each marked where it happens, with the measured
-gain (in ``malloc`` and ``free_block``): ``rules.round_size`` / ``is_small`` / ``should_split`` in
-``malloc``; ``increase_stat`` / ``decrease_stat``, ``BlockPool.insert_into_blocks`` / ``erase`` and
-``try_merge_blocks`` in ``alloc_found_block``, ``free`` and ``free_block``; everything else calls them.
-``benchmarks/bench_sim.py`` measures it.
+list of int keys, the trace is a list of tuples turned into dicts only by ``snapshot()``. The four
+methods every request runs — ``malloc``, ``alloc_found_block``, ``free``, ``free_block`` — are written
+here as the C++ reads; by default the allocator runs them as :mod:`memviz.sim._fastpath` writes them, with
+their calls inlined (``fast_paths=False`` runs these). ``benchmarks/bench_sim.py --paths`` times both;
+tests/test_sim_fastpath.py holds them equal.
 """
 
 from __future__ import annotations
 
 import operator
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterator
+from types import MethodType
 from typing import Any
 
 from memviz.errors import InputError, InputTypeError, InvalidFreeError, OutOfMemoryError
 
-from . import rules
+from . import _fastpath, rules
 from .addresses import AddressSpace
 from .blocks import ADDR_BITS, Block, BlockPool, Segment
 from .config import AllocatorConfig, option_names, parse_alloc_conf
 from .constants import (
-    MIN_BLOCK_SIZE,
     MIN_LARGE_ALLOC,
     ONE_EXA_BYTES,
     SIZE_MAX,
     SMALL_BUFFER,
-    SMALL_SIZE,
 )
 from .invariants import check_invariants, format_segment_table
 from .limits import MAX_DEVICE_BYTES, check_bytes, check_fraction
@@ -59,25 +57,17 @@ from .snapshot import build_segments, build_snapshot
 from .stats import (
     ALLOCATED_BYTES,
     ALLOCATED_BYTES_PEAK,
-    ALLOCATED_BYTES_TOTAL,
     ALLOCATION,
-    ALLOCATION_PEAK,
-    ALLOCATION_TOTAL,
     INACTIVE_SPLIT,
     INACTIVE_SPLIT_BYTES,
-    INACTIVE_SPLIT_BYTES_PEAK,
-    INACTIVE_SPLIT_BYTES_TOTAL,
-    INACTIVE_SPLIT_PEAK,
-    INACTIVE_SPLIT_TOTAL,
     OVERSIZE_ALLOCATIONS,
     OVERSIZE_SEGMENTS,
     REQUESTED_BYTES,
-    REQUESTED_BYTES_PEAK,
-    REQUESTED_BYTES_TOTAL,
     RESERVED_BYTES,
     RESERVED_BYTES_PEAK,
     SEGMENT,
     DeviceStats,
+    decrease_single,
     decrease_stat,
     increase_single,
     increase_stat,
@@ -172,6 +162,9 @@ class CachingAllocator:
             up to 2.11, plus ``num_oom_rejections`` from 2.12 (default: "2.11").
         clock: returns the ``time_us`` of trace entries (default: None, entries are numbered 0, 1, ...
             so that traces are deterministic).
+        fast_paths: run ``malloc``, ``alloc_found_block``, ``free`` and ``free_block`` as
+            :mod:`memviz.sim._fastpath` writes them, their calls inlined (default: True); False runs the methods
+            below, which read line by line with the C++ and take 1.3-1.5 times as long. Same results.
 
     Raises:
         AllocatorConfigError: ``alloc_conf`` is malformed or names an unknown option.
@@ -189,7 +182,8 @@ class CachingAllocator:
 
     def __init__(self, total_memory: int, memory_fraction: float | None = None, alloc_conf: str = "", *,
                  context_bytes: int = 0, device_name: str = "GPU 0", record_history: bool = True,
-                 clock: Callable[[], int] | None = None, torch_version: str = "2.11") -> None:
+                 clock: Callable[[], int] | None = None, torch_version: str = "2.11",
+                 fast_paths: bool = True) -> None:
         total_memory = check_bytes(total_memory, "total_memory", low=1, high=MAX_DEVICE_BYTES, example="80 << 30",
                                    why="the simulator models devices of up to 16 TiB (memviz.sim.limits)")
         context_bytes = check_bytes(context_bytes, "context_bytes", high=total_memory, example="0")
@@ -254,6 +248,11 @@ class CachingAllocator:
         fraction = memory_fraction if memory_fraction is not None else cfg.per_process_memory_fraction
         if fraction is not None:
             self.set_memory_fraction(fraction)
+        if fast_paths:
+            self.malloc = MethodType(_fastpath.malloc, self)
+            self.alloc_found_block = MethodType(_fastpath.alloc_found_block, self)
+            self.free = MethodType(_fastpath.free, self)
+            self.free_block = MethodType(_fastpath.free_block, self)
 
     # ------------------------------------------------------------------ settings and simple queries
 
@@ -400,7 +399,7 @@ class CachingAllocator:
         self._trace.extend(entry)
         self._trace_times.append(self._clock())
 
-    def _record(self, action: str, addr: int, size: int, stream: int = 0) -> None:
+    def record_trace(self, action: str, addr: int, size: int, stream: int = 0) -> None:
         trace_extend = self._trace_extend
         if trace_extend is not None:
             trace_extend((action, addr, size, stream))
@@ -454,37 +453,31 @@ class CachingAllocator:
             if size == 0:
                 return 0
 
-        # rules.round_size, is_small and should_split are inlined in malloc: as calls they cost 0.1-0.2 us/op
-        # more (benchmarks/bench_sim.py, synthetic 200k ops, min of 5, CPU time). round_size (size >= 1 here),
-        # reading rules.division_table through self._divisions:
-        rounded = -(-size // MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
-        if self._divisions is not None:
-            threshold, step = self._divisions[size.bit_length()]
-            if size > threshold:
-                rounded = -(-size // step) * step
         p = self._params  # one AllocParams, reused: malloc never re-enters itself
-        p.size = rounded
+        p.size = self.round_size(size)
         if stream or self._diverting:
-            p.pool = self._slow_pool(rounded, stream)
+            p.pool = self._slow_pool(p.size, stream)  # process_events, then get_pool
         else:
-            p.pool = self.small_blocks if rounded <= SMALL_SIZE else self.large_blocks  # rules.is_small, inlined
-        if not self.get_free_block(p):
+            p.pool = self.get_pool(p.size)
+        block_found = self.get_free_block(p)
+        if not block_found:
             # torch computes alloc_size up front; only the paths below read it
-            p.alloc_size = self.get_allocation_size(rounded)
+            p.alloc_size = self.get_allocation_size(p.size)
             if self._gc_active:
                 self.garbage_collect_cached_blocks()
-            if not (self.alloc_block(p, False)
-                    or (self.release_available_cached_blocks(p) and self.alloc_block(p, False))
-                    or (not self.captures_underway and self.release_cached_blocks()
-                        and self.alloc_block(p, True))):
-                self._raise_oom(p, size)
-        # rules.should_split(p.block.size, rounded, ...), inlined
-        remaining = p.block.size - rounded
-        if p.pool.is_small or self._expandable:
-            split = remaining >= MIN_BLOCK_SIZE
-        else:
-            split = rounded < self._max_split_size and remaining > SMALL_SIZE
-        return self.alloc_found_block(p, size, split)
+            block_found = (self.alloc_block(p, False)
+                           or (self.release_available_cached_blocks(p) and self.alloc_block(p, False))
+                           or (not self.captures_underway and self.release_cached_blocks()
+                               and self.alloc_block(p, True)))
+        if not block_found:
+            self._raise_oom(p, size)
+        split_remainder = self.should_split(p.block, p.size)
+        return self.alloc_found_block(p, size, split_remainder)
+
+    def should_split(self, block: Block, size: int) -> bool:
+        """Whether ``block`` is split to serve a rounded ``size`` in bytes (:func:`memviz.sim.rules.should_split`)."""
+        return rules.should_split(block.size, size, self.config, small=block.segment.pool.is_small,
+                                  expandable=self._expandable)
 
     def get_free_block(self, p: _AllocParams) -> bool:
         """Take the best-fitting cached block for ``p`` out of its pool (``get_free_block``).
@@ -531,10 +524,8 @@ class CachingAllocator:
                 return False
         elif bsize >= size + self._max_non_split_rounding_size:
             return False
-        key = keys[i]
-        del keys[i]
-        del by_key[key]
         p.block = block
+        del by_key[keys.pop(i)]  # pool.blocks.erase(it)
         return True
 
     def alloc_block(self, p: _AllocParams, is_retry: bool) -> bool:
@@ -576,9 +567,7 @@ class CachingAllocator:
         if alloc_size >= self._max_split_size:
             increase_single(stats.agg, OVERSIZE_SEGMENTS, 1)
         stats.num_device_alloc += 1
-        trace_extend = self._trace_extend
-        if trace_extend is not None:
-            trace_extend(("segment_alloc", ptr, alloc_size, pool.stream))
+        self.record_trace("segment_alloc", ptr, alloc_size, pool.stream)
         p.block = block
         return True
 
@@ -586,101 +575,61 @@ class CachingAllocator:
         """Split ``p.block`` if asked, mark it allocated and count it (``alloc_found_block``).
 
         The allocation takes the low end of the block; the original Block object becomes the free
-        remainder above it and keeps its (stale) ``requested_size``. Returns the address.
+        remainder above it and keeps its (stale) ``requested_size``. ``orig_size``: the request in bytes.
+        Returns the address.
         """
-        block = p.block
         size = p.size
         pool = p.pool
-        st = pool.stat_type
+        stat_type = pool.stat_type
         stats = self.stats
-        segment = block.segment
+        block = p.block
+        expandable = block.segment.expandable
+
+        already_split = block.is_split()
         if split_remainder:
-            already_split = block.prev is not None or block.next is not None
             remaining = block
-            prev = remaining.prev
-            block = Block(size, remaining.ptr, segment, prev, remaining)
-            if prev is not None:
-                prev.next = block
+
+            block = Block(size, remaining.ptr, remaining.segment)
+            block.prev = remaining.prev
+            if block.prev is not None:
+                block.prev.next = block
             else:
-                segment.head = block
+                block.segment.head = block
+            block.next = remaining
+
             remaining.prev = block
-            rptr = remaining.ptr = remaining.ptr + size
-            rsize = remaining.size = remaining.size - size
-            # pool.insert_into_blocks(remaining), inlined (see free_block for what the inlined copies gain)
-            key = rsize << _SIZE_SHIFT | rptr
-            insort(pool.keys, key)
-            pool.by_key[key] = remaining
-            remaining.gc_count_base = pool.get_free_blocks_call_count
-            if not segment.expandable:
-                if already_split:
-                    # an already-split inactive block shrank by size bytes (decrease_stat, inlined: see free_block)
-                    stats.pool[st][INACTIVE_SPLIT_BYTES] -= size
-                else:
-                    # a new split inactive block of rsize bytes (increase_stat, inlined: see free_block)
-                    s, other = stats.pools[st]
-                    c = s[INACTIVE_SPLIT_BYTES] + rsize
-                    s[INACTIVE_SPLIT_BYTES] = c
-                    if c > s[INACTIVE_SPLIT_BYTES_PEAK]:
-                        s[INACTIVE_SPLIT_BYTES_PEAK] = c
-                    s[INACTIVE_SPLIT_BYTES_TOTAL] += rsize
-                    c += other[INACTIVE_SPLIT_BYTES]
-                    if c > stats.agg[INACTIVE_SPLIT_BYTES_PEAK]:
-                        stats.agg[INACTIVE_SPLIT_BYTES_PEAK] = c
-                    c = s[INACTIVE_SPLIT] + 1
-                    s[INACTIVE_SPLIT] = c
-                    if c > s[INACTIVE_SPLIT_PEAK]:
-                        s[INACTIVE_SPLIT_PEAK] = c
-                    s[INACTIVE_SPLIT_TOTAL] += 1
-                    c += other[INACTIVE_SPLIT]
-                    if c > stats.agg[INACTIVE_SPLIT_PEAK]:
-                        stats.agg[INACTIVE_SPLIT_PEAK] = c
-        elif not segment.expandable and (block.prev is not None or block.next is not None):
-            # an already-split free block becomes active (decrease_stat, inlined: see free_block)
-            s = stats.pool[st]
-            s[INACTIVE_SPLIT_BYTES] -= block.size
-            s[INACTIVE_SPLIT] -= 1
+            remaining.ptr += size
+            remaining.size -= size
+            pool.insert_into_blocks(remaining)
+
+            if already_split and not expandable:
+                # An already-split inactive block is being shrunk by size bytes.
+                decrease_stat(stats, stat_type, INACTIVE_SPLIT_BYTES, block.size)
+            elif not expandable:
+                # A new split inactive block is being created from a previously unsplit block, size
+                # remaining.size bytes.
+                increase_stat(stats, stat_type, INACTIVE_SPLIT_BYTES, remaining.size)
+                increase_stat(stats, stat_type, INACTIVE_SPLIT, 1)
+        elif already_split and not expandable:
+            # An already-split block is becoming active
+            decrease_stat(stats, stat_type, INACTIVE_SPLIT_BYTES, block.size)
+            decrease_stat(stats, stat_type, INACTIVE_SPLIT, 1)
+
         block.allocated = True
         block.requested_size = orig_size
-        ptr = block.ptr
-        self._active_blocks[ptr] = block
-        trace_extend = self._trace_extend
-        if trace_extend is not None:
-            trace_extend(("alloc", ptr, orig_size, pool.stream))
-        bsize = block.size
-        # increase_stat(stats, st, family, n), inlined (gain: see free_block) for allocation (== active),
-        # allocated_bytes (== active_bytes) and requested_bytes: the pool's current, peak and total, then
-        # the aggregate's peak (its current is this pool's plus the other pool's)
-        s, other = stats.pools[st]
-        a = stats.agg
-        c = s[ALLOCATION] + 1
-        s[ALLOCATION] = c
-        if c > s[ALLOCATION_PEAK]:
-            s[ALLOCATION_PEAK] = c
-        s[ALLOCATION_TOTAL] += 1
-        c += other[ALLOCATION]
-        if c > a[ALLOCATION_PEAK]:
-            a[ALLOCATION_PEAK] = c
-        c = s[ALLOCATED_BYTES] + bsize
-        s[ALLOCATED_BYTES] = c
-        if c > s[ALLOCATED_BYTES_PEAK]:
-            s[ALLOCATED_BYTES_PEAK] = c
-        s[ALLOCATED_BYTES_TOTAL] += bsize
-        c += other[ALLOCATED_BYTES]
-        if c > a[ALLOCATED_BYTES_PEAK]:
-            a[ALLOCATED_BYTES_PEAK] = c
-        c = s[REQUESTED_BYTES] + orig_size
-        s[REQUESTED_BYTES] = c
-        if c > s[REQUESTED_BYTES_PEAK]:
-            s[REQUESTED_BYTES_PEAK] = c
-        s[REQUESTED_BYTES_TOTAL] += orig_size
-        c += other[REQUESTED_BYTES]
-        if c > a[REQUESTED_BYTES_PEAK]:
-            a[REQUESTED_BYTES_PEAK] = c
-        if bsize >= self._max_split_size:
-            increase_single(a, OVERSIZE_ALLOCATIONS, 1)
+        self.record_trace("alloc", block.ptr, orig_size, pool.stream)
+        self._active_blocks[block.ptr] = block
+
+        # active and active_bytes are not stored: they are allocation and allocated_bytes plus the frees pending
+        # on events (DeviceStats.pending), so these increases count them too
+        increase_stat(stats, stat_type, ALLOCATION, 1)
+        increase_stat(stats, stat_type, ALLOCATED_BYTES, block.size)
+        increase_stat(stats, stat_type, REQUESTED_BYTES, block.requested_size)
+        if block.size >= self._max_split_size:
+            increase_single(stats.agg, OVERSIZE_ALLOCATIONS, 1)
         if self._pending_free:
-            stats.note_active_peak(st)  # active = allocated + pending frees: its peak moves apart
-        return ptr
+            stats.note_active_peak(stat_type)  # active's peak moves apart from allocation's
+        return block.ptr
 
     # ------------------------------------------------------------------ free
 
@@ -708,25 +657,25 @@ class CachingAllocator:
             kind = "already-freed or interior" if self._owns(ptr) else "unknown"
             raise InvalidFreeError(f"free of {kind} address {ptr:#x}: not a live allocation "
                                    "(allocator state unchanged)")
-        if self.stream_uses and ptr in self.stream_uses:
-            self._free_with_events(block)
-            return
-        block.allocated = False
         stats = self.stats
         pool = block.segment.pool
-        s = stats.pool[pool.stat_type]
-        bsize = block.size
-        # decrease_stat, inlined (gain: see free_block): allocation and allocated_bytes (active follows them)
-        s[ALLOCATION] -= 1
-        s[ALLOCATED_BYTES] -= bsize
-        trace_extend = self._trace_extend
-        if trace_extend is not None:
-            # free_requested here and free_completed at free_block's start, as one "free" entry: they are
-            # adjacent and equal whenever the free does not wait on events; snapshot() writes both
-            trace_extend(("free", ptr, block.requested_size, pool.stream))
-        if bsize >= self._max_split_size:
-            stats.agg[OVERSIZE_ALLOCATIONS] -= 1
-        self.free_block(block)
+        stat_type = pool.stat_type
+        decrease_stat(stats, stat_type, ALLOCATION, 1)
+        decrease_stat(stats, stat_type, ALLOCATED_BYTES, block.size)
+
+        waits_on_events = bool(self.stream_uses) and ptr in self.stream_uses  # !block->stream_uses.empty()
+        # free_requested; a free that does not wait writes it with free_block's free_completed as one "free"
+        # entry (the two are adjacent and equal; snapshot() writes both)
+        self.record_trace("free_requested" if waits_on_events else "free", ptr, block.requested_size, pool.stream)
+
+        if block.size >= self._max_split_size:
+            decrease_single(stats.agg, OVERSIZE_ALLOCATIONS, 1)
+
+        if waits_on_events:
+            self._free_with_events(block)
+        else:
+            block.allocated = False
+            self.free_block(block)
 
     def _slow_pool(self, rounded: int, stream: int) -> BlockPool:
         """``malloc``'s path off the default stream or while frees wait on events or a capture is underway:
@@ -742,19 +691,12 @@ class CachingAllocator:
                                or self.needs_events_deferred_until_no_capture)
 
     def _free_with_events(self, block: Block) -> None:
-        """``free``'s path for a block used on other streams: count the free, then wait for events.
+        """``free``'s branch for a block used on other streams (``free`` counted it already): it stays active
+        ("active_pending_free") until one event per such stream completes.
 
         The block keeps ``allocated`` set while it waits (see :class:`~memviz.sim.blocks.Block`)."""
-        stats = self.stats
-        pool = block.segment.pool
-        s = stats.pool[pool.stat_type]
-        s[ALLOCATION] -= 1  # free's decrease_stat of allocation and allocated_bytes, as above
-        s[ALLOCATED_BYTES] -= block.size
-        self._record("free_requested", block.ptr, block.requested_size, pool.stream)
-        if block.size >= self._max_split_size:
-            stats.agg[OVERSIZE_ALLOCATIONS] -= 1
         self._pending_free[block.ptr] = block
-        stats.change_pending(pool.stat_type, 1, block.size)
+        self.stats.change_pending(block.segment.pool.stat_type, 1, block.size)
         if self.captures_underway:
             # cudaEventQuery is illegal during capture: record the events once no capture is underway
             self.event_count[block.ptr] = len(self.stream_uses[block.ptr])
@@ -906,7 +848,7 @@ class CachingAllocator:
         block.allocated = False
         pool = block.segment.pool
         self.stats.change_pending(pool.stat_type, -1, -block.size)
-        self._record("free_completed", block.ptr, block.requested_size, pool.stream)
+        self.record_trace("free_completed", block.ptr, block.requested_size, pool.stream)
         self.free_block(block)
 
     def _owns(self, ptr: int) -> bool:
@@ -917,110 +859,66 @@ class CachingAllocator:
 
         Its ``free_completed`` trace entry is written by the caller (``free``, or ``_finish_free`` for a free
         that waited on events), before the merges as in torch."""
-        segment = block.segment
-        pool = segment.pool
-        net_n = 0
-        net_b = 0
-        keys = pool.keys
-        by_key = pool.by_key
-        bsize = block.size
-        # try_merge_blocks(block, neighbour, pool) for each free mapped neighbour, inlined (the freed
-        # block is mapped, so the neighbour leaves the pool's keys): block absorbs it.
-        # What the inlined copies here, in free and in alloc_found_block gain, measured with
-        # benchmarks/bench_sim.py (CPU time, same machine and load, base and variant alternating):
-        # - merges and pool inserts as calls (try_merge_blocks, insert_into_blocks, with the stats through
-        #   increase_stat): median of medians 3.2-3.6 us/op against 2.5-2.7 inlined;
-        # - only the stat updates as calls (one memviz.sim.stats function each for a malloc's, a free's and a
-        #   merge's counters): max_split_64 random-2, min of 30 replays, 2.53-2.67 us/op against 2.29-2.49.
-        # The golden and property tests (every stat after every op) hold these copies equal to the rules.
-        prev = block.prev
-        if prev is not None and not prev.allocated and prev.mapped:
-            psize = prev.size
-            pptr = prev.ptr
-            del by_key[keys.pop(bisect_left(keys, psize << _SIZE_SHIFT | pptr))]  # pool.erase(prev)
-            block.ptr = pptr
-            pprev = block.prev = prev.prev
-            if pprev is not None:
-                pprev.next = block
-            else:
-                segment.head = block
-            bsize += psize
-            net_b -= psize
-            net_n -= 1
-        nxt = block.next
-        if nxt is not None and not nxt.allocated and nxt.mapped:
-            nsize = nxt.size
-            del by_key[keys.pop(bisect_left(keys, nsize << _SIZE_SHIFT | nxt.ptr))]  # pool.erase(nxt)
-            nnext = block.next = nxt.next
-            if nnext is not None:
-                nnext.prev = block
-            bsize += nsize
-            net_b -= nsize
-            net_n -= 1
-        block.size = bsize
-        # pool.insert_into_blocks(block), inlined
-        key = bsize << _SIZE_SHIFT | block.ptr
-        insort(keys, key)
-        by_key[key] = block
-        block.gc_count_base = pool.get_free_blocks_call_count
+        requested_size = block.requested_size
+        pool = block.segment.pool
+        net_change_inactive_split_blocks = 0
+        net_change_inactive_split_size = 0
+
+        for merge_candidate in (block.prev, block.next):
+            subsumed_size = self.try_merge_blocks(block, merge_candidate, pool)
+            if subsumed_size > 0:
+                net_change_inactive_split_blocks -= 1
+                net_change_inactive_split_size -= subsumed_size
+
+        pool.insert_into_blocks(block)
+
+        if block.is_split():
+            net_change_inactive_split_blocks += 1
+            net_change_inactive_split_size += block.size
+
         stats = self.stats
-        s, other = stats.pools[pool.stat_type]
-        if not segment.expandable:
-            if block.prev is not None or block.next is not None:
-                net_n += 1
-                net_b += bsize
-            # increase_stat for a net gain, decrease_stat for a net loss (current += net), inlined (see above)
-            c = s[INACTIVE_SPLIT] + net_n
-            s[INACTIVE_SPLIT] = c
-            if net_n > 0:
-                if c > s[INACTIVE_SPLIT_PEAK]:
-                    s[INACTIVE_SPLIT_PEAK] = c
-                s[INACTIVE_SPLIT_TOTAL] += net_n
-                c += other[INACTIVE_SPLIT]
-                if c > stats.agg[INACTIVE_SPLIT_PEAK]:
-                    stats.agg[INACTIVE_SPLIT_PEAK] = c
-            c = s[INACTIVE_SPLIT_BYTES] + net_b
-            s[INACTIVE_SPLIT_BYTES] = c
-            if net_b > 0:
-                if c > s[INACTIVE_SPLIT_BYTES_PEAK]:
-                    s[INACTIVE_SPLIT_BYTES_PEAK] = c
-                s[INACTIVE_SPLIT_BYTES_TOTAL] += net_b
-                c += other[INACTIVE_SPLIT_BYTES]
-                if c > stats.agg[INACTIVE_SPLIT_BYTES_PEAK]:
-                    stats.agg[INACTIVE_SPLIT_BYTES_PEAK] = c
-        s[REQUESTED_BYTES] -= block.requested_size  # decrease_stat, inlined
+        stat_type = pool.stat_type
+        # inactive_split leaves expandable segments out, as torch does
+        if not block.segment.expandable:
+            if net_change_inactive_split_blocks > 0:
+                increase_stat(stats, stat_type, INACTIVE_SPLIT, net_change_inactive_split_blocks)
+            elif net_change_inactive_split_blocks < 0:
+                decrease_stat(stats, stat_type, INACTIVE_SPLIT, -net_change_inactive_split_blocks)
+            if net_change_inactive_split_size > 0:
+                increase_stat(stats, stat_type, INACTIVE_SPLIT_BYTES, net_change_inactive_split_size)
+            elif net_change_inactive_split_size < 0:
+                decrease_stat(stats, stat_type, INACTIVE_SPLIT_BYTES, -net_change_inactive_split_size)
+        # active and active_bytes (allocation and allocated_bytes plus pending frees) dropped with allocation and
+        # allocated_bytes in free, or, for a free that waited on events, in _finish_free (DeviceStats.change_pending)
+        decrease_stat(stats, stat_type, REQUESTED_BYTES, requested_size)
 
     def try_merge_blocks(self, dst: Block, src: Block | None, pool: BlockPool) -> int:
-        """Merge free ``src`` into its neighbour ``dst``; return the bytes subsumed, 0 if none.
+        """Combine previously split blocks: merge free ``src`` into its neighbour ``dst`` (``try_merge_blocks``).
 
-        ``dst`` survives (keeping its ``requested_size``); ``src`` leaves the pool.
+        Returns the size in bytes of the subsumed block, or 0 on failure. ``dst`` survives (keeping its
+        ``requested_size``); ``src`` leaves the pool.
         """
-        if src is None or src.allocated or dst.mapped != src.mapped:
+        if src is None or src.allocated or dst.mapped != src.mapped:  # a free waiting on events stays allocated
             return 0
-        if dst.prev is src:
+
+        if dst.prev is src:  # [src dst]
             dst.ptr = src.ptr
-            prev = src.prev
-            dst.prev = prev
-            if prev is not None:
-                prev.next = dst
+            dst.prev = src.prev
+            if dst.prev is not None:
+                dst.prev.next = dst
             else:
                 dst.segment.head = dst
-        else:
-            nxt = src.next
-            dst.next = nxt
-            if nxt is not None:
-                nxt.prev = dst
-        subsumed = src.size
+        else:  # [dst src]
+            dst.next = src.next
+            if dst.next is not None:
+                dst.next.prev = dst
+        subsumed_size = src.size
+        dst.size += subsumed_size
         if src.mapped:
-            # pool.erase(src), inlined
-            key = subsumed << _SIZE_SHIFT | src.ptr
-            keys = pool.keys
-            del keys[bisect_left(keys, key)]
-            del pool.by_key[key]
+            pool.erase(src)
         else:
             pool.erase_unmapped(src)
-        dst.size += subsumed
-        return subsumed
+        return subsumed_size
 
     # ------------------------------------------------------------------ releasing cached memory
 
@@ -1085,7 +983,7 @@ class CachingAllocator:
         size = block.size
         ptr = block.ptr
         pool = block.segment.pool
-        self._record("segment_free", ptr, size, pool.stream)
+        self.record_trace("segment_free", ptr, size, pool.stream)
         self._address_space.free(ptr)
         del self._segments[ptr]
         self.total_allocated_memory -= size
@@ -1095,7 +993,7 @@ class CachingAllocator:
         decrease_stat(stats, st, SEGMENT, 1)
         decrease_stat(stats, st, RESERVED_BYTES, size)
         if size >= self._max_split_size:
-            stats.agg[OVERSIZE_SEGMENTS] -= 1  # decrease_stat of a single stat
+            decrease_single(stats.agg, OVERSIZE_SEGMENTS, 1)
         pool.erase(block)
 
     def release_available_cached_blocks(self, p: _AllocParams) -> bool:
@@ -1256,7 +1154,7 @@ class CachingAllocator:
         stats = self.stats
         increase_stat(stats, pool.stat_type, RESERVED_BYTES, mapped_size)
         stats.num_device_alloc += 1
-        self._record("segment_map", map_ptr, mapped_size, pool.stream)
+        self.record_trace("segment_map", map_ptr, mapped_size, pool.stream)
         return True
 
     def unmap_block(self, block: Block) -> None:
@@ -1293,7 +1191,7 @@ class CachingAllocator:
         if pool.owner is not None:
             pool.owner.cudaMalloc_count -= 1
         stats.num_device_free += 1
-        self._record("segment_unmap", begin, unmapped_size, pool.stream)
+        self.record_trace("segment_unmap", begin, unmapped_size, pool.stream)
 
     def release_expandable_segment(self, block: Block) -> None:
         """Drop an expandable segment whose pages are all unmapped (``release_expandable_segment``)."""
@@ -1307,7 +1205,7 @@ class CachingAllocator:
     def _raise_oom(self, p: _AllocParams, orig_size: int) -> None:
         stats = self.stats
         device_free = self.device_free_bytes()
-        self._record("oom", device_free, p.size, p.pool.stream)
+        self.record_trace("oom", device_free, p.size, p.pool.stream)
         stats.num_ooms += 1
         allocated = self.memory_allocated()
         reserved = self.memory_reserved()
@@ -1451,7 +1349,7 @@ class CachingAllocator:
         """
         out = build_snapshot(self.iter_segments(), self.trace_records(), self.config, self._pending_free)
         if record:
-            self._record("snapshot", 0, sum(seg["active_size"] for seg in out["segments"]))
+            self.record_trace("snapshot", 0, sum(seg["active_size"] for seg in out["segments"]))
         return out
 
     def segments(self) -> list[dict[str, Any]]:

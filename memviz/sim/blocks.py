@@ -73,6 +73,10 @@ class Block:
         self.next = next
         self.gc_count_base = 0
 
+    def is_split(self) -> bool:
+        """Whether the block shares its segment with other blocks (``is_split``)."""
+        return self.prev is not None or self.next is not None
+
     def link_before(self, new: Block) -> None:
         """Put ``new`` into the segment's list just below this block (it becomes the head if this was)."""
         prev = new.prev = self.prev

@@ -21,9 +21,9 @@ its ``*_PEAK`` and its ``*_TOTAL`` (torch's ``allocated``). Two fields are impli
   peak is stored: :attr:`DeviceStats.agg` holds it at the family's ``*_PEAK`` slot (the current and
   total slots stay 0), then the two ``oversize_*`` stats, which are single stats (all stored).
 
-``increase_stat`` / ``decrease_stat`` below update a family in one pool and the aggregate; the
-allocator's hot paths (``alloc_found_block``, ``free``, ``free_block``) do the same arithmetic
-inline. ``memory_stats()`` builds the 122-key dict from these lists only when asked.
+``increase_stat`` / ``decrease_stat`` below update a family in one pool and the aggregate (and
+``increase_single`` / ``decrease_single`` a single stat); :mod:`memviz.sim._fastpath` does the same
+arithmetic inline. ``memory_stats()`` builds the 122-key dict from these lists only when asked.
 
 Key grammar of ``memory_stats()`` (torch/cuda/memory.py):
 ``"{family}.{all,large_pool,small_pool}.{allocated,current,freed,peak}"`` for the StatArray families
@@ -48,7 +48,9 @@ __all__ = [
     "SEGMENT",
     "SMALL_POOL",
     "DeviceStats",
+    "decrease_single",
     "decrease_stat",
+    "increase_single",
     "increase_stat",
 ]
 
@@ -119,6 +121,11 @@ def increase_single(counters: list[int], slot: int, amount: int) -> None:
     if c > counters[slot + 1]:
         counters[slot + 1] = c
     counters[slot + 2] += amount
+
+
+def decrease_single(counters: list[int], slot: int, amount: int) -> None:
+    """``decrease_stat`` for a single stat (``oversize_*``): current drops, freed grows (implied)."""
+    counters[slot] -= amount
 
 
 class DeviceStats:
