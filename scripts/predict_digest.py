@@ -17,11 +17,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-import memviz  # noqa: E402
-from evaluation.programs import hf  # noqa: E402
-from memviz import examples  # noqa: E402
+import memviz
+from evaluation.programs import hf
+from memviz import examples
 
 CASES = {
     "mlp-adamw": (examples.mlp_training, {"batch": 256}),
