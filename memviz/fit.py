@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                                **kwargs)
                 row = {"device": str(device), "fits": p.fits, "peak_allocated_bytes": p.peak_allocated_bytes,
                        "peak_reserved_bytes": p.peak_reserved_bytes, "breakdown_at_peak": p.breakdown(),
-                       "oom": None if p.oom is None else str(p.oom), "seconds": round(p.trace_seconds, 2)}
+                       "oom": None if p.oom is None else str(p.oom), "notes": p.notes,
+                       "seconds": round(p.trace_seconds, 2)}
                 all_fit &= p.fits
                 text = p.summary()
         except (ValueError, mp.DataDependentError) as e:

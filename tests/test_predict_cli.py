@@ -39,3 +39,37 @@ def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert fit.main([PROGRAM, "--kw", "not an assignment", "--no-progress"]) == 2
     assert fit.main(["missing_file.py:main", "--no-progress"]) == 2
     assert "memviz.fit:" in capsys.readouterr().err
+
+
+SCRIPT = '''
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+
+def main(batch: int = 4, seq: int = 64) -> None:
+    config = AutoConfig.for_model("llama", hidden_size=64, intermediate_size=176, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2, vocab_size=1000)
+    model = AutoModelForCausalLM.from_config(config).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, 1000, (batch, seq), device="cuda")
+    mask = torch.ones_like(ids)
+    mask[0, :8] = 0
+    for step in range(2):
+        loss = model(input_ids=ids, attention_mask=mask, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        print(f"step {step}: loss {loss.item():.3f}")
+'''
+
+
+def test_a_script_that_builds_a_transformers_model_from_a_config(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("transformers")
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    status = fit.main([f"{script}:main", "--device", "T4", "--kw", "batch=8", "--json", "--no-progress"])
+    printed = capsys.readouterr().out
+    assert "step 1: loss 0.000" in printed  # the program's own log, before the JSON
+    out = json.loads(printed[printed.index("\n{") + 1:])
+    assert status == 0 and out["fits"] and out["breakdown_at_peak"]["optimizer state"] > 0
+    assert any("read as zeros" in note and "train.py" in note for note in out["notes"])
