@@ -12,9 +12,9 @@ The rule (one policy, no per-library table):
   bytes) when it was copied from a host tensor whose values are real, or made by a factory, or written by an op
   whose inputs all have known values — each storage at most :data:`SHADOW_BYTES` and each op reading at most
   :data:`COMPUTE_BYTES`; the op then runs on the CPU too, on the shadows, and its outputs get theirs. Views share
-  their storage's shadow; an in-place op updates it, or drops it when an input is unknown. A parameter's
-  initialisation (``nn.init``'s random fills, skipped while predicting) leaves its values unknown; ``empty``
-  reads as zeros until written.
+  their storage's shadow; an in-place op updates it, or drops it when an input is unknown. An in-place random
+  fill (a parameter's initialisation: ``nn.init``'s, skipped on the host while predicting) leaves values unknown,
+  and so does ``empty`` until something writes all of it (``fill_``, ``zero_``, ``copy_``).
 - **Unknown values read as zeros.** A read the program makes of values the prediction did not compute
   (``loss.item()``, ``bool(t)``, ``t.tolist()``, ``nonzero`` / ``x[mask]`` / ``unique`` on them) gets zeros:
   the read tensor's storage is given a zero shadow (up to :data:`READ_BYTES`; a larger read raises
@@ -32,7 +32,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map
 
 from memviz.errors import DataDependentError
 
@@ -53,11 +52,6 @@ _ASSERTIONS = frozenset({aten._is_all_true.default})
 """Ops that check an assertion: on unknown values they hold."""
 
 _NO_OP_ASSERTIONS = frozenset({aten._assert_async.default, aten._assert_async.msg})
-
-
-def _empty_like_op(func: Any) -> bool:
-    name = func.__name__
-    return name.startswith(("empty", "new_empty")) or name in ("empty_like.default", "empty_strided.default")
 
 
 class Values:
@@ -109,75 +103,77 @@ class Values:
         """``t``'s storage no longer has known values."""
         self._shadows.pop(id(t.untyped_storage()), None)
 
-    def _new_shadow(self, t: torch.Tensor) -> torch.Tensor | None:
-        """A zero shadow for ``t``'s storage (a view of it as ``t``), or None when the storage is too large."""
+    def _new_shadow(self, t: torch.Tensor, zero: bool = True) -> torch.Tensor | None:
+        """A shadow for ``t``'s storage (a view of it as ``t``; zeros, or left to be written when ``t`` covers the
+        whole storage and ``zero`` is False), or None when the storage is too large."""
         st = t.untyped_storage()
-        if st.nbytes() > SHADOW_BYTES:
+        nbytes = st.nbytes()
+        if nbytes > SHADOW_BYTES:
             return None
-        host = torch.UntypedStorage(st.nbytes())
-        host.fill_(0)
+        host = torch.UntypedStorage(nbytes)
+        if zero or t.numel() * t.element_size() != nbytes:
+            host.fill_(0)
         key = id(st)
         self._shadows[key] = (weakref.ref(st, lambda ref: self._shadows.pop(key, None)), host)
         return self.of(t)
 
     def set_from(self, t: torch.Tensor, values: torch.Tensor) -> None:
         """``t`` (a device tensor with its own storage) holds ``values`` (a host tensor of its shape)."""
-        shadow = self._new_shadow(t)
+        shadow = self._new_shadow(t, zero=False)
         if shadow is not None:
             shadow.copy_(values)
+
+    def _known(self, t: torch.Tensor) -> bool:
+        if not t.is_meta:
+            return self.host_known(t)
+        st = t.untyped_storage()
+        entry = self._shadows.get(id(st))
+        return entry is not None and entry[0]() is st
 
     # ---- ops
 
     def after(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
         """An op ran on meta tensors and made ``out``: compute it on the shadows where its inputs are known."""
-        flat_args, _ = tree_flatten((args, kwargs))
-        tensors = [a for a in flat_args if isinstance(a, torch.Tensor)]
-        written = _written(func, args, kwargs)
-        shadows: dict[int, torch.Tensor] = {}
+        kind = _kinds.get(func)
+        if kind is None:
+            kind = _kinds[func] = _kind(func)
+        written = _written(kind[0], args, kwargs) if kind[0] else ()
+        if kind[1] == "random_fill" or kind[1] == "empty":  # an initialisation, or no values yet: unknown
+            return self._unknown(written)
+        tensors = _tensors(args, kwargs)
         read_bytes = 0
         for t in tensors:
-            if not t.is_meta:
-                if not self.host_known(t):
-                    return self._unknown(written)
-                read_bytes += t.numel() * t.element_size()
-                continue
-            shadow = self.of(t)
-            if shadow is None:
-                if any(w is t for w in written) and _overwrites(func):
+            if not self._known(t):
+                if kind[1] == "overwrite" and any(w is t for w in written):
                     continue  # fill_ / zero_ / copy_ into it: its old values do not matter
                 return self._unknown(written)
-            shadows[id(t)] = shadow
             read_bytes += t.numel() * t.element_size()
         if read_bytes > COMPUTE_BYTES:
             return self._unknown(written)
-        outputs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor) and o.is_meta]
         inputs_storages = {id(t.untyped_storage()) for t in tensors if t.is_meta}
-        fresh = [o for o in outputs if id(o.untyped_storage()) not in inputs_storages]
+        outputs = out if isinstance(out, (tuple, list)) else (out,)
+        fresh = [o for o in outputs if isinstance(o, torch.Tensor) and o.is_meta
+                 and id(o.untyped_storage()) not in inputs_storages]
         if any(o.untyped_storage().nbytes() > SHADOW_BYTES for o in fresh):
             return self._unknown(written)
-        for w in written:  # an overwritten tensor without a shadow gets a zero one to be written into
-            if w.is_meta and id(w) not in shadows:
-                shadow = self._new_shadow(w)
+        shadows: dict[int, torch.Tensor] = {}
+        for t in tensors:
+            if t.is_meta:
+                shadow = self.of(t) if self._known(t) else self._new_shadow(t)  # an overwritten one: zeros first
                 if shadow is None:
                     return self._unknown(written)
-                shadows[id(w)] = shadow
-        host_args, host_kwargs = tree_map(lambda a: _to_host(a, shadows), (args, kwargs))
+                shadows[id(t)] = shadow
         try:
-            if _empty_like_op(func):
-                result = tree_map(lambda o: torch.zeros_like(o, device="cpu") if isinstance(o, torch.Tensor) else o,
-                                  out)
-            else:
-                result = func(*host_args, **host_kwargs)
+            result = func(*_host(args, shadows), **{k: _host_one(v, shadows) for k, v in kwargs.items()})
         except Exception:  # a kernel the CPU lacks (flash attention...): its outputs are unknown
             return self._unknown(written)
-        host_flat = tree_flatten(result)[0]
-        meta_flat = tree_flatten(out)[0]
-        for meta, host in zip(meta_flat, host_flat, strict=False):
-            if isinstance(meta, torch.Tensor) and meta.is_meta and any(meta is f for f in fresh) \
-                    and isinstance(host, torch.Tensor) and host.shape == meta.shape:
+        results = result if isinstance(result, (tuple, list)) else (result,)
+        fresh_ids = {id(o) for o in fresh}
+        for meta, host in zip(outputs, results, strict=False):
+            if id(meta) in fresh_ids and isinstance(host, torch.Tensor) and host.shape == meta.shape:
                 self.set_from(meta, host)
 
-    def _unknown(self, written: list[torch.Tensor]) -> None:
+    def _unknown(self, written: tuple | list) -> None:
         for w in written:
             if w.is_meta:
                 self.drop(w)
@@ -208,32 +204,60 @@ class Values:
                 f"{self._first_zero_read}): a logged loss shows 0, a mask of unknown values selects nothing"]
 
 
-def _to_host(a: Any, shadows: dict[int, torch.Tensor]) -> Any:
+def _host_one(a: Any, shadows: dict[int, torch.Tensor]) -> Any:
     if isinstance(a, torch.Tensor):
         return shadows.get(id(a), a) if a.is_meta else a
+    if isinstance(a, (list, tuple)):
+        return type(a)(_host_one(x, shadows) for x in a)
     if isinstance(a, torch.device) and a.type == "meta":
         return torch.device("cpu")
-    if a == "meta":
+    if isinstance(a, str) and a == "meta":
         return "cpu"
     return a
 
 
-def _written(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
-    """The tensor arguments the op writes (in place or ``out=``)."""
+def _host(args: tuple, shadows: dict[int, torch.Tensor]) -> list:
+    return [_host_one(a, shadows) for a in args]
+
+
+def _tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
     out = []
-    for i, arg in enumerate(func._schema.arguments):
-        if arg.alias_info is not None and arg.alias_info.is_write:
-            value = kwargs.get(arg.name) if arg.kwarg_only or i >= len(args) else args[i]
-            for t in value if isinstance(value, (list, tuple)) else (value,):
-                if isinstance(t, torch.Tensor):
-                    out.append(t)
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            out.extend(x for x in a if isinstance(x, torch.Tensor))
     return out
 
 
-_OVERWRITES = frozenset({"fill_", "zero_", "copy_", "normal_", "uniform_", "random_", "bernoulli_", "exponential_",
-                         "log_normal_", "geometric_", "cauchy_"})
+_RANDOM_FILLS = frozenset({"normal_", "uniform_", "random_", "bernoulli_", "exponential_", "log_normal_",
+                           "geometric_", "cauchy_"})
+_OVERWRITES = frozenset({"fill_", "zero_", "copy_"})
+
+_kinds: dict[Any, tuple[tuple, str]] = {}
 
 
-def _overwrites(func: Any) -> bool:
-    """Whether the op writes every element of its first argument without reading it."""
-    return func.__name__.split(".")[0] in _OVERWRITES
+def _kind(func: Any) -> tuple[tuple, str]:
+    """(the positions and names of the arguments the op writes, what kind of op: "random_fill" — an in-place
+    random initialisation —, "overwrite" — writes every element without reading them —, "empty", or "")."""
+    written = tuple((i, arg.name, arg.kwarg_only) for i, arg in enumerate(func._schema.arguments)
+                    if arg.alias_info is not None and arg.alias_info.is_write)
+    name = func.__name__.split(".")[0]
+    if name in _RANDOM_FILLS:
+        return written, "random_fill"
+    if name in _OVERWRITES:
+        return written, "overwrite"
+    if name.startswith(("empty", "new_empty")):
+        return written, "empty"
+    return written, ""
+
+
+def _written(positions: tuple, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensor arguments the op writes (in place or ``out=``)."""
+    out = []
+    for i, name, kwarg_only in positions:
+        value = kwargs.get(name) if kwarg_only or i >= len(args) else args[i]
+        for t in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(t, torch.Tensor):
+                out.append(t)
+    return out
