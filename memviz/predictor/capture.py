@@ -40,6 +40,12 @@ _RANDOM_FILL = {torch.ops.aten.uniform_.default, torch.ops.aten.normal_.default,
 
 _ADD, _ADD_ = torch.ops.aten.add.Tensor, torch.ops.aten.add_.Tensor
 
+_PASSED = frozenset({"c10d", "profiler"})
+"""Op namespaces run as they are: collectives (the fake group's, which allocate nothing) and the profiler's marks."""
+
+_PLAIN = frozenset({torch.Tensor, torch.nn.Parameter})
+"""Tensor types the capture handles itself; any other (a wrapper subclass) dispatches first."""
+
 
 class Capture(TorchDispatchMode):
     """Every aten op: run it on meta, account the storages it creates, apply the rules."""
@@ -55,8 +61,19 @@ class Capture(TorchDispatchMode):
         self._joins_in_place = book.engine["in-place gradient joins"]
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        with torch._C.DisableTorchFunction():  # the predictor's own code here, not the program's: nothing to redirect
+            return self._dispatch(func, types, args, kwargs)
+
+    def _dispatch(self, func: Any, types: Any, args: tuple, kwargs: dict | None) -> Any:
+        for t in types:
+            if t not in _PLAIN:
+                if hasattr(t, "__tensor_flatten__"):  # a wrapper subclass (DTensor): its own dispatch runs ops on
+                    return NotImplemented  # its local tensors, which come back here
+                return func(*args, **(kwargs or {}))  # another mode's tensors (DTensor's FakeTensor propagation)
         s = self.session
         kwargs = kwargs or {}
+        if func.namespace in _PASSED:
+            return func(*args, **kwargs)
         composite = self._composite.get(func)
         if composite is None:
             composite = self._composite[func] = func not in self._own_kernel and \
