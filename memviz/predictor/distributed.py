@@ -91,7 +91,7 @@ def rank_environment(world_size: int, rank: int) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def allreduce_hook(process_group: Any, bucket: Any) -> torch.futures.Future:
+def allreduce_hook(process_group, bucket):  # noqa: ANN001, ANN201 (DDP refuses annotations other than its own)
     """What DDP's built-in all-reduce does to memory, on a fake group: the bucket's flat buffer divided by the
     world size in place, returned as the result (no allocation).
 
@@ -105,7 +105,7 @@ def allreduce_hook(process_group: Any, bucket: Any) -> torch.futures.Future:
     buffer = bucket.buffer()
     buffer.div_(process_group.size())
     torch.distributed.all_reduce(buffer, group=process_group, async_op=True)
-    future: torch.futures.Future = torch.futures.Future()
+    future = torch.futures.Future()
     future.set_result(buffer)
     return future
 
