@@ -113,7 +113,7 @@ def blind_table(module_name: str, rows: list[RankPrediction]) -> str:
 
     lines = [f"# Blind per-rank predictions of {module_name} (issue 26), made before any recording was seen",
              f"# date: {datetime.date.today().isoformat()}; predictor commit: {_commit()}",
-             f"# torch {torch.__version__} (CPU, no GPU); device preset H200; memviz.predict(..., world_size=N, rank=R)",
+             f"# torch {torch.__version__} (no GPU); device preset H200; memviz.predict(..., world_size=N, rank=R)",
              "# columns: run-rank, world size, predicted fits (ERROR: the prediction failed), peak allocated MiB, "
              "peak reserved MiB, peak allocated bytes, peak reserved bytes, seconds, error",
              "# regenerate the comparison once recorded: python -m evaluation.recorded_dist --module " + module_name]

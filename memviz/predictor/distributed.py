@@ -91,7 +91,7 @@ def rank_environment(world_size: int, rank: int) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def allreduce_hook(process_group, bucket):  # noqa: ANN001, ANN201 (DDP refuses annotations other than its own)
+def allreduce_hook(process_group, bucket):  # unannotated: DDP refuses annotations other than its own types
     """What DDP's built-in all-reduce does to memory, on a fake group: the bucket's flat buffer divided by the
     world size in place, returned as the result (no allocation).
 
