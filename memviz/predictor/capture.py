@@ -44,6 +44,13 @@ _PASSED = frozenset({"c10d", "profiler"})
 """Op namespaces run as they are: collectives (the fake group's, which allocate nothing) and the profiler's marks."""
 
 _TO_COPY, _COPY_ = aten._to_copy.default, aten.copy_.default
+_FAKE = torch._C._TorchDispatchModeKey.FAKE
+
+
+def _fake_mode() -> Any:
+    return torch._C._get_dispatch_mode(_FAKE)
+
+_META = torch.device("meta")
 
 
 def _is_cpu(device: Any) -> bool:
@@ -75,6 +82,8 @@ class Capture(TorchDispatchMode):
             return self._dispatch(func, types, args, kwargs)
 
     def _dispatch(self, func: Any, types: Any, args: tuple, kwargs: dict | None) -> Any:
+        if _fake_mode() is not None:  # a FakeTensorMode's shape propagation (DTensor's): no device work of the program
+            return func(*args, **(kwargs or {}))
         for t in types:
             if t not in _PLAIN:
                 if hasattr(t, "__tensor_flatten__"):  # a wrapper subclass (DTensor): its own dispatch runs ops on
@@ -82,6 +91,11 @@ class Capture(TorchDispatchMode):
                 return func(*args, **(kwargs or {}))  # another mode's tensors (DTensor's FakeTensor propagation)
         s = self.session
         kwargs = kwargs or {}
+        device = kwargs.get("device")
+        if device is not None and torch.device(device).type == "cuda":  # asked below the function mode (DTensor's
+            kwargs = {**kwargs, "device": _META}  # dispatch, a decomposition): the device, as the mode would make it
+            with s.on_device():
+                return self._dispatch(func, types, args, kwargs)
         if func.namespace in _PASSED:
             out = func(*args, **kwargs)
             if func in _ALL_GATHERS:

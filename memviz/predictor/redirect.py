@@ -195,6 +195,19 @@ def _tensor_is_meta(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
     return func(*args, **kwargs)
 
 
+def _set_data(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
+    """``host_tensor.data = device_tensor`` (FSDP2 moves parameters so): a host tensor's data cannot become a meta
+    tensor's (another tensor type), so the two tensors' contents are swapped instead — the same Python object, now
+    the device tensor, as on the GPU."""
+    t, value = args[0], args[1]
+    if isinstance(value, torch.Tensor) and value.is_meta and not t.is_meta and s.is_device(value):
+        if isinstance(t, torch.nn.Parameter) and not isinstance(value, torch.nn.Parameter):
+            value = torch.nn.Parameter(value, requires_grad=t.requires_grad)
+        torch.utils.swap_tensors(t, value)
+        return None
+    return func(*args, **kwargs)
+
+
 def _record_stream(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
     """``t.record_stream(stream)``: the block's free waits for ``stream`` (:mod:`memviz.predictor.streams`)."""
     t, stream = args[0], args[1] if len(args) > 1 else kwargs.get("stream")
@@ -242,6 +255,7 @@ _SPECIAL: dict[Any, Callable[[Session, Any, tuple, dict], Any]] = {
     torch.Tensor.is_cuda.__get__: _tensor_is_cuda,
     torch.Tensor.is_meta.__get__: _tensor_is_meta,
     torch.Tensor.record_stream: _record_stream,
+    torch.Tensor.data.__set__: _set_data,
     torch.Tensor.get_device: _tensor_get_device,
     torch.Tensor.numpy: _host_values,
     torch.Tensor.tolist: _host_values,
