@@ -111,19 +111,25 @@ def allreduce_hook(process_group, bucket):  # unannotated: DDP refuses annotatio
 
 
 def _fake_group(session: Any, original: Callable[[str], Any]) -> dict[str, Any]:
+    """Every group the program makes is the fake backend's, however it names the backend or finds its peers:
+    ``init_process_group`` looks up ``rendezvous`` and ``_new_process_group_helper`` in its module when it runs, so
+    a program that imported ``init_process_group`` before the prediction gets them too."""
     from torch.testing._internal.distributed.fake_pg import FakeStore  # registers the "fake" backend
 
-    init = original("torch.distributed.distributed_c10d:init_process_group")
-    signature = inspect.signature(init)
+    helper = original("torch.distributed.distributed_c10d:_new_process_group_helper")
 
-    def init_process_group(*args: Any, **kwargs: Any) -> None:
-        asked = dict(signature.bind(*args, **kwargs).arguments)
-        kept = {k: v for k, v in asked.items()
-                if k not in ("backend", "init_method", "store", "rank", "world_size", "pg_options", "device_id")}
-        return init(backend="fake", store=FakeStore(), rank=session.rank, world_size=session.world_size, **kept)
+    def rendezvous(url: str, rank: int = -1, world_size: int = -1, **kwargs: Any) -> Iterator[tuple]:
+        yield (FakeStore(), session.rank if rank is None or rank < 0 else rank,
+               session.world_size if world_size is None or world_size < 0 else world_size)
 
-    return {"torch.distributed:init_process_group": init_process_group,
-            "torch.distributed.distributed_c10d:init_process_group": init_process_group}
+    def new_process_group_helper(*args: Any, **kwargs: Any) -> Any:
+        bound = inspect.signature(helper).bind(*args, **kwargs)
+        bound.arguments.update(backend="fake", backend_options=None)
+        bound.arguments.pop("device_id", None)
+        return helper(*bound.args, **bound.kwargs)
+
+    return {"torch.distributed.distributed_c10d:rendezvous": rendezvous,
+            "torch.distributed.distributed_c10d:_new_process_group_helper": new_process_group_helper}
 
 
 def _ddp(session: Any, original: Callable[[str], Any]) -> dict[str, Any]:

@@ -82,7 +82,7 @@ class Session:
         self.module_stack_ids: list[int] = []
         self.module_names: dict[int, str] = {}
         self.modules: dict[int, torch.nn.Module] = {}
-        self.kept: set[tuple[str, str]] = set()  # (kind, thread) of the workspaces kept for the process
+        self.kept: set[tuple[str, str, int]] = set()  # (kind, thread, stream) of the workspaces kept for the process
         self.oom: OutOfMemory | None = None
         self.notes: dict[str, None] = {}  # what this prediction could not model, in the order met
         self.rules = book_for(arch, self.note)
@@ -215,8 +215,10 @@ class Session:
         self._call("free", alloc[1], allocation.ptr, allocation.index, op, "", "", alloc[11])
 
     def keep(self, kind: str, nbytes: int, op: str) -> None:
-        """A library's workspace, once per (kind, thread): the main thread and autograd's backward thread."""
-        key = (kind, "backward" if torch._C._current_graph_task_id() != -1 else "main")
+        """A library's workspace, once per (kind, thread, stream): the main thread and autograd's backward thread each
+        have their own handle, and cuBLAS keeps a workspace per (handle, stream) (``CublasHandlePool.cpp``), made in
+        that stream's pool."""
+        key = (kind, "backward" if torch._C._current_graph_task_id() != -1 else "main", self.streams.current)
         if key not in self.kept and nbytes:
             self.malloc(nbytes, op, "workspaces")
             self.kept.add(key)
