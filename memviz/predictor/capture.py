@@ -87,7 +87,9 @@ class Capture(TorchDispatchMode):
         for t in types:
             if t not in _PLAIN:
                 if hasattr(t, "__tensor_flatten__"):  # a wrapper subclass (DTensor): its own dispatch runs ops on
-                    return NotImplemented  # its local tensors, which come back here
+                    if func in _RANDOM_FILL:  # its local tensors, which come back here; but an in-place random
+                        return args[0]  # fill allocates nothing, and its sharding propagation needs CUDA's RNG
+                    return NotImplemented
                 return func(*args, **(kwargs or {}))  # another mode's tensors (DTensor's FakeTensor propagation)
         s = self.session
         kwargs = kwargs or {}

@@ -208,6 +208,21 @@ def _set_data(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
     return func(*args, **kwargs)
 
 
+def _compatible_shallow_copy(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
+    """``torch._has_compatible_shallow_copy_type(host_tensor, device_tensor)`` is True, as for a CPU and a CUDA
+    tensor: ``Module._apply`` (``.cuda()``, ``.to("cuda")``, ``to_empty``) then sets each parameter's ``.data`` in
+    place (:func:`_set_data`) instead of making new parameters, so tied parameters (a language model's embedding and
+    head) stay one tensor, as on the GPU."""
+    a, b = args[0], args[1]
+    if type(a) in _HOST_TYPES and type(b) in _HOST_TYPES and (a.is_meta != b.is_meta) and \
+            (s.is_device(a) or s.is_device(b)):
+        return True
+    return func(*args, **kwargs)
+
+
+_HOST_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
 def _record_stream(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
     """``t.record_stream(stream)``: the block's free waits for ``stream`` (:mod:`memviz.predictor.streams`)."""
     t, stream = args[0], args[1] if len(args) > 1 else kwargs.get("stream")
@@ -256,6 +271,7 @@ _SPECIAL: dict[Any, Callable[[Session, Any, tuple, dict], Any]] = {
     torch.Tensor.is_meta.__get__: _tensor_is_meta,
     torch.Tensor.record_stream: _record_stream,
     torch.Tensor.data.__set__: _set_data,
+    torch._has_compatible_shallow_copy_type: _compatible_shallow_copy,
     torch.Tensor.get_device: _tensor_get_device,
     torch.Tensor.numpy: _host_values,
     torch.Tensor.tolist: _host_values,
