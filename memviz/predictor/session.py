@@ -115,10 +115,12 @@ class Session:
     def any_device(self, args: tuple, kwargs: dict) -> bool:
         for a in (*args, *kwargs.values()):
             if isinstance(a, torch.Tensor):
-                if a.is_meta and id(a.untyped_storage()) in self.live:
+                if type(a) not in _PLAIN:
+                    if self.is_device(a):
+                        return True
+                elif a.is_meta and id(a.untyped_storage()) in self.live:
                     return True
-            elif (isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor) and a[0].is_meta
-                  and id(a[0].untyped_storage()) in self.live):
+            elif isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor) and self.is_device(a[0]):
                 return True
         return False
 
@@ -291,7 +293,11 @@ class Session:
                 self.free(entry[0])
 
     def tag(self, t: Any, category: str) -> None:
-        """``t``'s storage is of ``category`` (the first tag wins)."""
+        """``t``'s storage is of ``category`` (the first tag wins); a DTensor's, its local shard's."""
+        if isinstance(t, torch.Tensor) and type(t) not in _PLAIN:
+            for inner in wrapped(t) or ():
+                self.tag(inner, category)
+            return
         if isinstance(t, torch.Tensor) and t.is_meta:
             entry = self.live.get(id(t.untyped_storage()))
             if entry is not None and entry[0] is not None:

@@ -25,6 +25,9 @@ import torch
 
 __all__ = ["SimEvent", "SimStream", "Streams"]
 
+CUDA_DEVICE_TYPE = 1
+"""``c10::DeviceType::CUDA``."""
+
 DEFAULT_STREAM_ID = 0
 """The default stream's ``cudaStream_t`` (0, as snapshots show it)."""
 
@@ -32,23 +35,22 @@ RECORD_STREAM_NOTE = ("record_stream: a block used on another stream is freed wh
                       "with that stream (the GPU's timing is not predicted; the real free may come sooner)")
 
 
-class SimStream:
-    """A CUDA stream of the simulated GPU: what ``torch.cuda.Stream`` objects answer, with a stable ``cuda_stream``.
-
-    Streams with the same id compare equal and hash alike (FSDP2 keys dicts by stream). The program makes them
-    through :attr:`Streams.Stream` (what ``torch.cuda.Stream`` is during a prediction).
+class SimStream(torch.Stream):
+    """A CUDA stream of the simulated GPU: a ``torch.Stream`` of device type CUDA whose ``stream_id`` (and
+    ``cuda_stream``) is the simulator's stream id, so ``Tensor.record_stream`` accepts it and streams compare and hash
+    by id (FSDP2 keys dicts by stream). Its methods touch no CUDA runtime. The program makes them through
+    :attr:`Streams.Stream` (what ``torch.cuda.Stream`` is during a prediction).
     """
 
     _streams: Streams
+    cuda_stream: int
 
-    def _init(self, streams: Streams, stream_id: int, priority: int = 0) -> None:
-        self._streams = streams
-        self.cuda_stream = stream_id
-        self.stream_id = stream_id
-        self.priority = priority
-        self.device_index = 0
-        self.device_type = 1  # c10::DeviceType::CUDA
-        self.device = torch.device("cuda", 0)
+    @staticmethod
+    def make(cls: type, streams: Streams, stream_id: int) -> SimStream:
+        stream = torch.Stream.__new__(cls, stream_id=stream_id, device_index=0, device_type=CUDA_DEVICE_TYPE)
+        stream._streams = streams
+        stream.cuda_stream = stream_id
+        return stream
 
     def wait_stream(self, stream: Any) -> None:
         """Ordering only: no allocator effect."""
@@ -76,12 +78,6 @@ class SimStream:
 
     def __exit__(self, *exc: object) -> None:
         self._streams.pop()
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, SimStream) and other.cuda_stream == self.cuda_stream
-
-    def __hash__(self) -> int:
-        return hash(("SimStream", self.cuda_stream))
 
     def __repr__(self) -> str:
         return f"<simulated CUDA stream {self.cuda_stream}>"
@@ -128,9 +124,13 @@ class Streams:
         class Stream(SimStream):
             """``torch.cuda.Stream(device=None, priority=0)``: a new stream of the simulated GPU."""
 
-            def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any) -> None:
-                self._init(streams, streams._take_id(), priority)
-                streams.made.append(self)
+            def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any) -> Stream:
+                stream = SimStream.make(cls, streams, streams._take_id())
+                streams.made.append(stream)
+                return stream
+
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                pass
 
         class Event(SimEvent):
             """``torch.cuda.Event(...)``: an event of the simulated GPU."""
@@ -141,8 +141,7 @@ class Streams:
 
         self.Stream = Stream
         self.Event = Event
-        self.default = SimStream.__new__(Stream)
-        self.default._init(self, self._take_id())
+        self.default = SimStream.make(Stream, self, self._take_id())
         self._stack: list[SimStream] = [self.default]
 
     def _take_id(self) -> int:
