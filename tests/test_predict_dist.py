@@ -191,3 +191,16 @@ def test_a_rank_no_job_has_is_refused(world_size: object, rank: object) -> None:
         memviz.predict(_fsdp_program, world_size=world_size, rank=rank)
     with pytest.raises(memviz.InputError, match="needs world_size"):
         memviz.predict(_fsdp_program, rank=1)
+
+
+def test_the_command_line_predicts_every_rank(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from memviz.fit import main
+
+    assert main([f"{__file__}:_uneven_program", "--device", "H200", "--world-size", "2", "--rank", "all", "--json",
+                 "--no-progress"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["world_size"] == 2 and [row["rank"] for row in out["ranks"]] == [0, 1]
+    assert out["ranks"][0]["peak_allocated_bytes"] > out["ranks"][1]["peak_allocated_bytes"]
+    assert main([f"{__file__}:_uneven_program", "--world-size", "2", "--rank", "2", "--no-progress"]) == 2

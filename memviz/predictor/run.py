@@ -168,12 +168,13 @@ def _predict_one(fn: Callable[..., Any], args: tuple, kwargs: dict, dev: Any, ar
 
 def max_batch(fn_of_batch: Callable[[int], Any], device: Any = "A100-40GB", cap: int | str | None = None,
               alloc_conf: str | None = None, lo: int = 1, hi: int | None = None,
-              on_progress: Progress | None = None) -> int:
+              on_progress: Progress | None = None, world_size: int | None = None, rank: int | str = 0) -> int:
     """The largest batch ``b`` in ``[lo, hi]`` for which ``fn_of_batch(b)`` fits (0 if ``lo`` does not).
 
     Doubles from ``lo`` until a batch does not fit (or ``hi``), then bisects; one :func:`predict` per try.
     Assumes memory grows with the batch. ``on_progress(tries_done, None, "batch B: fits"/"OOM")`` after
-    each try.
+    each try. ``world_size`` / ``rank``: a torchrun program's batch per rank, as :func:`predict` takes them
+    (``rank="all"``: the largest batch every rank fits).
 
     Raises:
         ValueError: ``lo < 1``, ``hi < lo``, or no OOM up to 2**24 with no ``hi`` (memory does not grow).
@@ -186,7 +187,8 @@ def max_batch(fn_of_batch: Callable[[int], Any], device: Any = "A100-40GB", cap:
 
     def fits(b: int) -> bool:
         nonlocal tries
-        ok = predict(fn_of_batch, b, device=device, cap=cap, alloc_conf=alloc_conf).fits
+        ok = predict(fn_of_batch, b, device=device, cap=cap, alloc_conf=alloc_conf, world_size=world_size,
+                     rank=rank).fits
         tries += 1
         if on_progress is not None:
             on_progress(tries, None, f"batch {b}: {'fits' if ok else 'OOM'}")
