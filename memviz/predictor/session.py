@@ -39,7 +39,7 @@ def wrapped(t: torch.Tensor) -> list[torch.Tensor] | None:
     if flatten is None:
         return None
     names = flatten(t)[0]
-    return [getattr(t, n) for n in names]
+    return [x for x in (getattr(t, n) for n in names) if isinstance(x, torch.Tensor)]
 
 TORCH_DIR = os.path.dirname(torch.__file__)
 OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
