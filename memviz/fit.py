@@ -86,6 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-arg", default="batch", help="the keyword --max-batch varies (default: batch)")
     p.add_argument("--lo", type=int, default=1, help="--max-batch's smallest batch (default 1)")
     p.add_argument("--hi", type=int, default=None, help="--max-batch's largest batch (default: none)")
+    p.add_argument("--world-size", type=int, default=None, metavar="N",
+                   help="a torchrun program: predict it as a rank of N (torch's fake process group)")
+    p.add_argument("--rank", default="0", metavar="R|all", help="with --world-size: the rank (default 0), or all")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -96,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
     import memviz.predictor as mp
+    from memviz.errors import InputError
 
     args = _parser().parse_args(argv)
     try:
@@ -104,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"memviz.fit: {e}", file=sys.stderr)
         return 2
+    rank: int | str = "all" if args.rank == "all" else int(args.rank) if args.rank.lstrip("-").isdigit() else args.rank
+    job = {} if args.world_size is None else {"world_size": args.world_size, "rank": rank}
     devices = list(mp.DEVICES) if args.all_devices else [args.device]
     results, all_fit = [], True
     for device in devices:
@@ -118,20 +124,30 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if args.max_batch:
                 best = mp.max_batch(lambda b: fn(**{**kwargs, args.batch_arg: b}), device=device, cap=args.cap,
-                                    alloc_conf=args.alloc_conf, lo=args.lo, hi=args.hi, on_progress=progress)
+                                    alloc_conf=args.alloc_conf, lo=args.lo, hi=args.hi, on_progress=progress, **job)
                 row = {"device": str(device), "max_batch": best}
                 all_fit &= best > 0
                 text = f"{device}: largest {args.batch_arg} that fits = {best}"
             else:
                 p = mp.predict(fn, device=device, cap=args.cap, alloc_conf=args.alloc_conf, on_progress=progress,
-                               **kwargs)
+                               **job, **kwargs)
+                if isinstance(p, mp.RankPredictions):
+                    row = {"device": str(device), "world_size": p.world_size, "fits": p.fits, "ranks": p.table()}
+                    all_fit &= p.fits
+                    text = f"{device}: {p.summary()}"
+                    results.append(row)
+                    if not args.json:
+                        print(text)
+                    if bar is not None:
+                        bar.close()
+                    continue
                 row = {"device": str(device), "fits": p.fits, "peak_allocated_bytes": p.peak_allocated_bytes,
                        "peak_reserved_bytes": p.peak_reserved_bytes, "breakdown_at_peak": p.breakdown(),
                        "oom": None if p.oom is None else str(p.oom), "notes": p.notes,
                        "seconds": round(p.trace_seconds, 2)}
                 all_fit &= p.fits
                 text = p.summary()
-        except (ValueError, mp.DataDependentError) as e:
+        except (ValueError, mp.DataDependentError, InputError) as e:
             if bar is not None:
                 bar.close()
             print(f"memviz.fit: {e}", file=sys.stderr)

@@ -16,7 +16,11 @@ The parts, one idea each:
   meanwhile, :mod:`.cuda_shim` among them); :mod:`.fastmeta` (faster meta kernels, same outputs);
 - :mod:`.rules` — what the GPU's kernels and libraries do beyond the meta kernels, by kernel family, each rule a
   record with its evidence, keyed by architecture (:mod:`.gpus`);
-- :mod:`.events` and :mod:`.result` — the immutable log and the :class:`Prediction` built from it.
+- :mod:`.streams` — CUDA streams and events: each stream's allocations in its own pools;
+- :mod:`.distributed` — a ``torchrun`` program as rank R of N: the fake process group, DDP, FSDP2's ``resize_``,
+  and the estimate of what a rank holds outside the allocator (CUDA context, NCCL);
+- :mod:`.events` and :mod:`.result` — the immutable log and the :class:`Prediction` built from it
+  (:class:`RankPredictions`: one per rank).
 """
 
 from __future__ import annotations
@@ -26,11 +30,11 @@ from memviz.errors import DataDependentError
 
 from .events import CATEGORIES, PHASES, AllocatorCall
 from .gpus import ARCHS, GpuArch
-from .result import OutOfMemory, Prediction
+from .result import OutOfMemory, Prediction, RankPredictions
 from .run import max_batch, predict, predicting
 
 __all__ = ["ARCHS", "CATEGORIES", "DEVICES", "PHASES", "AllocatorCall", "DataDependentError", "GpuArch",
-           "OutOfMemory", "Prediction", "max_batch", "predict", "predicting"]
+           "OutOfMemory", "Prediction", "RankPredictions", "max_batch", "predict", "predicting"]
 
 DEVICES: tuple[str, ...] = tuple(k for k in PRESETS if k in ARCHS)
 """The preset names ``device=`` accepts (any size such as ``"24 GiB"`` works too)."""

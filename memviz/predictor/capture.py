@@ -40,6 +40,29 @@ _RANDOM_FILL = {torch.ops.aten.uniform_.default, torch.ops.aten.normal_.default,
 
 _ADD, _ADD_ = torch.ops.aten.add.Tensor, torch.ops.aten.add_.Tensor
 
+_PASSED = frozenset({"c10d", "profiler"})
+"""Op namespaces run as they are: collectives (the fake group's, which allocate nothing) and the profiler's marks."""
+
+_TO_COPY, _COPY_ = aten._to_copy.default, aten.copy_.default
+_FAKE = torch._C._TorchDispatchModeKey.FAKE
+
+
+def _fake_mode() -> Any:
+    return torch._C._get_dispatch_mode(_FAKE)
+
+_META = torch.device("meta")
+
+
+def _is_cpu(device: Any) -> bool:
+    return device is not None and torch.device(device).type == "cpu"
+
+
+_ALLGATHER_BASE = torch.ops.c10d._allgather_base_.default
+_ALL_GATHERS = frozenset({_ALLGATHER_BASE, torch.ops.c10d.allgather_.default})
+
+_PLAIN = frozenset({torch.Tensor, torch.nn.Parameter})
+"""Tensor types the capture handles itself; any other (a wrapper subclass) dispatches first."""
+
 
 class Capture(TorchDispatchMode):
     """Every aten op: run it on meta, account the storages it creates, apply the rules."""
@@ -55,8 +78,31 @@ class Capture(TorchDispatchMode):
         self._joins_in_place = book.engine["in-place gradient joins"]
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        with torch._C.DisableTorchFunction():  # the predictor's own code here, not the program's: nothing to redirect
+            return self._dispatch(func, types, args, kwargs)
+
+    def _dispatch(self, func: Any, types: Any, args: tuple, kwargs: dict | None) -> Any:
+        if _fake_mode() is not None:  # a FakeTensorMode's shape propagation (DTensor's): no device work of the program
+            return func(*args, **(kwargs or {}))
+        for t in types:
+            if t not in _PLAIN:
+                if hasattr(t, "__tensor_flatten__"):  # a wrapper subclass (DTensor): its own dispatch runs ops on
+                    if func in _RANDOM_FILL:  # its local tensors, which come back here; but an in-place random
+                        return args[0]  # fill allocates nothing, and its sharding propagation needs CUDA's RNG
+                    return NotImplemented
+                return func(*args, **(kwargs or {}))  # another mode's tensors (DTensor's FakeTensor propagation)
         s = self.session
         kwargs = kwargs or {}
+        device = kwargs.get("device")
+        if device is not None and torch.device(device).type == "cuda":  # asked below the function mode (DTensor's
+            kwargs = {**kwargs, "device": _META}  # dispatch, a decomposition): the device, as the mode would make it
+            with s.on_device():
+                return self._dispatch(func, types, args, kwargs)
+        if func.namespace in _PASSED:
+            out = func(*args, **kwargs)
+            if func in _ALL_GATHERS:
+                self._gathered_values(func, args)
+            return out
         composite = self._composite.get(func)
         if composite is None:
             composite = self._composite[func] = func not in self._own_kernel and \
@@ -64,6 +110,10 @@ class Capture(TorchDispatchMode):
         if composite:  # reached undecomposed (inference mode): run its decomposition, op by op, as CUDA would
             with self:
                 return func.decompose(*args, **kwargs)
+        if func is _TO_COPY and args[0].is_meta and _is_cpu(kwargs.get("device")) and s.is_device(args[0]):
+            return self._read_to_host(args[0], kwargs)
+        if func is _COPY_ and not args[0].is_meta and args[1].is_meta and s.is_device(args[1]):
+            return args[0].copy_(self._read_to_host(args[1], {}))
         if func in _DATA_DEPENDENT and any(isinstance(a, torch.Tensor) and a.is_meta for a in args):
             return self._data_dependent(func, args, kwargs)
         if func in _MASKED and _has_meta_mask(func, args):
@@ -100,6 +150,30 @@ class Capture(TorchDispatchMode):
                 s.mark_producer(out)
             s.values.after(func, args, kwargs, out)
         return out
+
+    def _read_to_host(self, t: torch.Tensor, kwargs: dict) -> torch.Tensor:
+        """A copy of a device tensor to the host made below Python (C++'s ``.cpu()``: DDP's check of the
+        parameters' shapes across ranks): a real host tensor of its values (known ones, or zeros)."""
+        with self.session.on_host():
+            host = self.session.values.read(t, "_to_copy")
+        return host.to(dtype=kwargs.get("dtype") or t.dtype, copy=True)
+
+    def _gathered_values(self, func: Any, args: tuple) -> None:
+        """The fake group's all-gather copies this rank's input into every rank's chunk (what DDP's and
+        DeviceMesh's checks across ranks read back): the outputs' values follow the input's where known."""
+        values = self.session.values
+        if func is _ALLGATHER_BASE:
+            output, inp = args[0], args[1]
+            known = values.of(inp) if inp.is_meta else inp
+            if output.is_meta and known is not None:
+                values.set_from(output, known.reshape(-1).repeat(output.numel() // max(known.numel(), 1))
+                                .reshape(output.shape))
+            return
+        for outputs, inp in zip(args[0], args[1], strict=False):
+            known = values.of(inp) if inp.is_meta else inp
+            for chunk in outputs:
+                if chunk.is_meta and known is not None:
+                    values.set_from(chunk, known)
 
     def _outputs_like(self, host: torch.Tensor, op: str) -> torch.Tensor:
         """A meta tensor of ``host``'s shape and dtype holding its values (a device allocation where on the device)."""

@@ -2,8 +2,10 @@
 
 A CPU-only torch has no CUDA runtime, and a CUDA torch must not touch the real one while predicting, so
 for the duration of one prediction the functions a training script calls are replaced (and put back
-afterwards, whatever happens): availability and device queries answer for the target GPU; RNG, streams,
-events and ``synchronize`` do nothing; the memory queries (``memory_allocated``, ``memory_stats``,
+afterwards, whatever happens): availability and device queries answer for the target GPU; the RNG calls
+do nothing; streams and events are the simulated GPU's (:mod:`memviz.predictor.streams`: each stream its own
+identity, its allocations its own pools; ``synchronize`` completes the frees that wait on streams); the memory
+queries (``memory_allocated``, ``memory_stats``,
 ``max_memory_reserved``, ``mem_get_info``, ``empty_cache``, ``reset_peak_memory_stats``, ``memory_summary``)
 read and drive the simulated allocator, so a program that prints them prints the prediction.
 """
@@ -33,7 +35,7 @@ class _Properties:
 
 
 class _NoOpContext:
-    """``torch.cuda.device(i)``, ``torch.cuda.stream(s)``: nothing to switch."""
+    """``torch.cuda.device(i)``: nothing to switch (one device)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         pass
@@ -45,25 +47,10 @@ class _NoOpContext:
         return None
 
 
-class _Stream:
-    """A CUDA stream or event stand-in: every method returns at once."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def __getattr__(self, name: str) -> Any:
-        if name in ("query",):
-            return lambda *a, **k: True
-        if name in ("is_capturing",):
-            return lambda *a, **k: False
-        if name in ("elapsed_time",):
-            return lambda *a, **k: 0.0
-        return lambda *a, **k: None
-
-
 def cuda_replacements(session: Any) -> dict[str, Any]:
     """Name → replacement, for whichever of :func:`cuda_modules` has the name."""
     alloc = session.allocator
+    streams = session.streams
     props = _Properties(session.device.name, session.device.total_memory_bytes, *session.arch.capability)
     nothing = lambda *a, **k: None  # noqa: E731
 
@@ -84,7 +71,7 @@ def cuda_replacements(session: Any) -> dict[str, Any]:
         "device_count": lambda: 1,
         "current_device": lambda: 0,
         "set_device": nothing,
-        "synchronize": nothing,
+        "synchronize": lambda device=None: streams.synchronize(None),
         "get_device_name": lambda device=None: props.name,
         "get_device_properties": lambda device=None: props,
         "get_device_capability": lambda device=None: session.arch.capability,
@@ -98,13 +85,11 @@ def cuda_replacements(session: Any) -> dict[str, Any]:
         "get_rng_state_all": lambda: [torch.zeros(16, dtype=torch.uint8)],
         "set_rng_state_all": nothing,
         "device": _NoOpContext,
-        "stream": lambda *a, **k: (session.note("streams: everything is predicted on one stream "
-                                                 "(record_stream and cross-stream frees are not modelled)"),
-                                    _NoOpContext())[1],
-        "Stream": _Stream,
-        "Event": _Stream,
-        "current_stream": lambda device=None: _Stream(),
-        "default_stream": lambda device=None: _Stream(),
+        "stream": streams.context,
+        "Stream": streams.Stream,
+        "Event": streams.Event,
+        "current_stream": streams.current_stream,
+        "default_stream": lambda device=None: streams.default,
         "empty_cache": session.empty_cache,
         "memory_allocated": lambda device=None: alloc.memory_allocated(),
         "memory_reserved": lambda device=None: alloc.memory_reserved(),
@@ -123,7 +108,7 @@ def cuda_replacements(session: Any) -> dict[str, Any]:
         "current_device_idx": lambda: 0,
         "set_device_index": nothing,
         "set_device_idx": nothing,
-        "set_stream": nothing,
+        "set_stream": streams.set_stream,
         "get_memory_info": mem_get_info,
         # memory history: the prediction is its own record; _snapshot() is the simulator's
         "_record_memory_history": nothing,

@@ -34,6 +34,7 @@ class AllocatorCall(NamedTuple):
         phase: one of :data:`PHASES`.
         category: one of :data:`CATEGORIES` (a free has its alloc's).
         allocated_bytes / reserved_bytes: the allocator's after the call.
+        stream: the stream the allocation was made on (0: the default stream; :mod:`memviz.predictor.streams`).
     """
 
     action: str
@@ -47,17 +48,19 @@ class AllocatorCall(NamedTuple):
     category: str
     allocated_bytes: int
     reserved_bytes: int
+    stream: int = 0
 
     def __repr__(self) -> str:
         return f"AllocatorCall({self.action} {self.nbytes} B, {self.category}, {self.op}, {self.module}, {self.line})"
 
 
 def as_ops(calls: Sequence[AllocatorCall]) -> list[Op]:
-    """The calls as :class:`memviz.sim.Op` for :func:`memviz.sim.replay` (keys: the allocs' indices)."""
+    """The calls as :class:`memviz.sim.Op` for :func:`memviz.sim.replay` (keys: the allocs' indices; each malloc on
+    its stream). A free that ``record_stream`` made wait replays as made at once."""
     ops = []
     for index, call in enumerate(calls):
         if call.action == "alloc":
-            ops.append(Op("malloc", index, call.nbytes))
+            ops.append(Op("malloc", index, call.nbytes, call.stream))
         elif call.action == "free":
             ops.append(Op("free", call.alloc_index))
         else:

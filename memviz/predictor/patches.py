@@ -21,6 +21,7 @@ import torch
 from memviz.errors import InputError
 
 from .cuda_shim import cuda_modules, cuda_replacements
+from .distributed import patches as distributed_patches
 from .redirect import is_cuda
 from .session import Session
 
@@ -43,25 +44,32 @@ class Patch:
         make: ``make(session, original)`` → ``{"module:attribute": replacement}``; ``original(target)`` is the
             attribute as torch has it.
         verified: the torch builds it was verified on.
+        applies: ``applies(session)``: whether the prediction needs it (default: always); the distributed patches
+            apply when the prediction plays a rank (:mod:`memviz.predictor.distributed`).
     """
 
     name: str
     why: str
     make: Callable[[Session, Callable[[str], Any]], dict[str, Any]]
     verified: tuple[str, ...] = VERIFIED
+    applies: Callable[[Session], bool] = lambda session: True
 
 
 def _resolve(target: str) -> tuple[Any, str]:
+    """``"module.path:Class.attribute"`` → (the object holding the attribute, the attribute's name)."""
     module_name, _, attribute = target.partition(":")
     obj: Any = importlib.import_module(module_name.split(".", 1)[0])
     for part in module_name.split(".")[1:]:
         obj = getattr(obj, part, None) or importlib.import_module(f"{obj.__name__}.{part}")
+    *owners, attribute = attribute.split(".")
+    for owner in owners:
+        obj = getattr(obj, owner)
     return obj, attribute
 
 
 def _original(target: str) -> Any:
     obj, attribute = _resolve(target)
-    return getattr(obj, attribute)
+    return obj.__dict__[attribute] if isinstance(obj, type) and attribute in obj.__dict__ else getattr(obj, attribute)
 
 
 def _foreach_defaults(session: Session, original: Callable[[str], Any]) -> dict[str, Any]:
@@ -129,6 +137,16 @@ def _data_parallel(session: Session, original: Callable[[str], Any]) -> dict[str
     return {"torch.nn.DataParallel:forward": data_parallel_forward}
 
 
+def _engine_with_redirect(session: Session, original: Callable[[str], Any]) -> dict[str, Any]:
+    run_backward = original("torch.autograd:_engine_run_backward")
+
+    def engine_run_backward(*args: Any, **kwargs: Any) -> Any:
+        with session.redirect:
+            return run_backward(*args, **kwargs)
+
+    return {"torch.autograd:_engine_run_backward": engine_run_backward}
+
+
 def _cuda_runtime(session: Session, original: Callable[[str], Any]) -> dict[str, Any]:
     replacements = cuda_replacements(session)
     return {f"{module.__name__}:{name}": value for name, value in replacements.items() for module in cuda_modules()
@@ -152,9 +170,15 @@ PATCHES: tuple[Patch, ...] = (
           "torch's default-device mode would make real CUDA tensors", _default_device),
     Patch("torch.compile runs eagerly (with a note)", "compiled kernels cannot be traced on meta tensors",
           _compile_eagerly),
+    Patch("backward hooks see the GPU as forward does",
+          "a TorchFunctionMode is off inside its own handler, and backward() is handled by it, so the autograd engine "
+          "would capture a mode stack without it: what backward hooks ask of the GPU (FSDP2's all-gathers, "
+          "torch.empty(device='cuda')) would not be redirected; the engine's entry runs with it pushed again",
+          _engine_with_redirect),
     Patch("DataParallel on one GPU runs its module",
           "with one device id torch runs the module on the inputs; its scatter needs the CUDA runtime",
           _data_parallel),
+    *distributed_patches(),
 )
 """Every patch, applied in this order and put back in the reverse order."""
 
@@ -162,17 +186,23 @@ PATCHES: tuple[Patch, ...] = (
 @contextlib.contextmanager
 def applied(session: Session) -> Iterator[None]:
     """Apply every patch of :data:`PATCHES` for the block; put every attribute back after it, whatever happens."""
-    saved: list[tuple[Any, str, Any]] = []
+    saved: list[tuple[Any, str, Any, bool]] = []  # (owner, attribute, original, whether the owner itself had it)
     try:
         for patch in PATCHES:
+            if not patch.applies(session):
+                continue
             for target, value in patch.make(session, _original).items():
                 obj, attribute = _resolve(target)
-                saved.append((obj, attribute, getattr(obj, attribute)))
+                own = not isinstance(obj, type) or attribute in obj.__dict__
+                saved.append((obj, attribute, _original(target), own))
                 setattr(obj, attribute, value)
         yield
     finally:
-        for obj, attribute, value in reversed(saved):
-            setattr(obj, attribute, value)
+        for obj, attribute, value, own in reversed(saved):
+            if own:
+                setattr(obj, attribute, value)
+            else:
+                delattr(obj, attribute)  # inherited: the class's own entry goes, the base's shows again
 
 
 def check_torch(version: str | None = None) -> None:

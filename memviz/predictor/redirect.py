@@ -42,6 +42,7 @@ class Redirect(TorchFunctionMode):
         super().__init__()
         self.session = session
         self._unmodelled = session.rules.unmodelled
+        session.redirect = self
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         s = self.session
@@ -128,6 +129,8 @@ def _tensor_cpu(s: Session, func: Any, args: tuple, kwargs: dict) -> torch.Tenso
 
 
 def _tensor_backward(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
+    """``backward()`` / ``autograd.grad``: device work, in phase "backward" (the engine runs with this mode active
+    again: the patch "backward hooks see the GPU as forward does", :mod:`memviz.predictor.patches`)."""
     previous = s.phase
     s.set_phase("backward")
     try:
@@ -173,9 +176,61 @@ def _tensor_device(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
     return _CUDA0
 
 
-_SEES_META = {os.path.join(TORCH_DIR, "serialization.py"), os.path.join(TORCH_DIR, "_tensor.py")}
+_SEES_META = {os.path.join(TORCH_DIR, "serialization.py"), os.path.join(TORCH_DIR, "_tensor.py"),
+              os.path.join(TORCH_DIR, "utils", "checkpoint.py")}
 """Where a device tensor's ``.device`` stays ``meta``: torch's serialization and ``Tensor``'s pickling and
-deep copy (which copy meta tensors with ``clone``, on the device, instead of reading their storage)."""
+deep copy (which copy meta tensors with ``clone``, on the device, instead of reading their storage), and the
+checkpoint's metadata check (its forward records it inside autograd's pack hooks, where this mode is off)."""
+
+
+_DISTRIBUTED_DIR = os.path.join(TORCH_DIR, "distributed") + os.sep
+
+
+def _tensor_is_meta(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
+    """``t.is_meta`` of a device tensor is False where torch.distributed asks (FSDP2 refuses parameters still on
+    meta and skips re-padding shards it takes for meta ones), as on the GPU; everywhere else a meta tensor says so."""
+    caller = sys._getframe(2).f_code.co_filename
+    if caller.startswith(_DISTRIBUTED_DIR) and s.is_device(args[0]):
+        return False
+    return func(*args, **kwargs)
+
+
+def _set_data(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
+    """``host_tensor.data = device_tensor`` (FSDP2 moves parameters so): a host tensor's data cannot become a meta
+    tensor's (another tensor type), so the two tensors' contents are swapped instead — the same Python object, now
+    the device tensor, as on the GPU."""
+    t, value = args[0], args[1]
+    if isinstance(value, torch.Tensor) and value.is_meta and not t.is_meta and s.is_device(value):
+        if isinstance(t, torch.nn.Parameter) and not isinstance(value, torch.nn.Parameter):
+            value = torch.nn.Parameter(value, requires_grad=t.requires_grad)
+        torch.utils.swap_tensors(t, value)
+        return None
+    return func(*args, **kwargs)
+
+
+def _compatible_shallow_copy(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
+    """``torch._has_compatible_shallow_copy_type(host_tensor, device_tensor)`` is True, as for a CPU and a CUDA
+    tensor: ``Module._apply`` (``.cuda()``, ``.to("cuda")``, ``to_empty``) then sets each parameter's ``.data`` in
+    place (:func:`_set_data`) instead of making new parameters, so tied parameters (a language model's embedding and
+    head) stay one tensor, as on the GPU."""
+    a, b = args[0], args[1]
+    if type(a) in _HOST_TYPES and type(b) in _HOST_TYPES and (a.is_meta != b.is_meta) and \
+            (s.is_device(a) or s.is_device(b)):
+        return True
+    return func(*args, **kwargs)
+
+
+_HOST_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
+def _record_stream(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
+    """``t.record_stream(stream)``: the block's free waits for ``stream`` (:mod:`memviz.predictor.streams`)."""
+    t, stream = args[0], args[1] if len(args) > 1 else kwargs.get("stream")
+    if not s.is_device(t):
+        return func(*args, **kwargs)
+    ptr = s.data_ptr(t.untyped_storage())
+    s.streams.record_stream(ptr or 0, stream)
+    return None
 
 
 def _tensor_is_cuda(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
@@ -213,6 +268,10 @@ _SPECIAL: dict[Any, Callable[[Session, Any, tuple, dict], Any]] = {
     torch.Tensor.pin_memory: _pass_through,
     torch.Tensor.device.__get__: _tensor_device,
     torch.Tensor.is_cuda.__get__: _tensor_is_cuda,
+    torch.Tensor.is_meta.__get__: _tensor_is_meta,
+    torch.Tensor.record_stream: _record_stream,
+    torch.Tensor.data.__set__: _set_data,
+    torch._has_compatible_shallow_copy_type: _compatible_shallow_copy,
     torch.Tensor.get_device: _tensor_get_device,
     torch.Tensor.numpy: _host_values,
     torch.Tensor.tolist: _host_values,

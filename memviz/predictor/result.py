@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from memviz.sim import CachingAllocator, replay
 from memviz.units import format_bytes
 
+from .distributed import OutsideAllocator, outside_allocator
 from .events import CATEGORIES, AllocatorCall, as_ops
 from .gpus import GpuArch
 
-__all__ = ["OutOfMemory", "Prediction"]
+__all__ = ["OutOfMemory", "Prediction", "RankPredictions"]
 
 
 @dataclass(frozen=True)
@@ -52,13 +53,18 @@ class Prediction:
             allocator could get at most the device's memory less this, or the cap if that is less.
         trace_seconds: how long the prediction took.
         notes: what this prediction met but does not model (empty when everything it ran is modelled),
-            e.g. recurrent layers' cuDNN buffers, several streams, rules measured on another architecture.
+            e.g. recurrent layers' cuDNN buffers, record_stream's timing, rules measured on another architecture.
+        world_size / rank: the job and the rank this prediction played (None for a single-GPU program).
+        outside: what the rank's process holds outside the allocator (the CUDA context and, for a job of several
+            ranks, NCCL's buffers): an estimate, labelled with its basis, never in the peaks above
+            (:class:`memviz.predictor.distributed.OutsideAllocator`).
     """
 
     def __init__(self, *, calls: tuple[AllocatorCall, ...], phases: tuple[tuple[int, str], ...],
                  allocator: CachingAllocator, new_allocator: Callable[[], CachingAllocator], device: Any,
                  arch: GpuArch, cap_bytes: int | None, alloc_conf: str, oom: OutOfMemory | None,
-                 notes: tuple[str, ...], trace_seconds: float) -> None:
+                 notes: tuple[str, ...], trace_seconds: float, world_size: int | None = None,
+                 rank: int | None = None) -> None:
         self._allocator = allocator
         self._new_allocator = new_allocator
         self.device = device
@@ -75,6 +81,10 @@ class Prediction:
         self.fits: bool = oom is None
         self.trace_seconds = trace_seconds
         self.notes: list[str] = list(notes)
+        self.world_size = world_size
+        self.rank = rank
+        self.outside: OutsideAllocator = outside_allocator(allocator.context_bytes, world_size or 1)
+        self.streams: tuple[int, ...] = tuple(sorted({e.stream for e in calls if e.action == "alloc"}))
 
     # ---- views
 
@@ -127,11 +137,15 @@ class Prediction:
 
     def summary(self) -> str:
         """A few lines: device, fits or the OOM, the peaks, the breakdown at the peak."""
-        lines = [f"{self.device}{' cap ' + format_bytes(self.cap_bytes) if self.cap_bytes else ''}"
+        as_rank = f"rank {self.rank} of {self.world_size} on " if self.world_size is not None else ""
+        lines = [f"{as_rank}{self.device}{' cap ' + format_bytes(self.cap_bytes) if self.cap_bytes else ''}"
                  f"{' ' + self.alloc_conf if self.alloc_conf else ''}: "
                  + ("fits" if self.fits else "OUT OF MEMORY"),
                  f"peak allocated {format_bytes(self.peak_allocated_bytes)}, "
                  f"peak reserved {format_bytes(self.peak_reserved_bytes)}"]
+        if self.world_size is not None:
+            lines.append(f"outside the allocator (estimate): CUDA context {format_bytes(self.outside.context_bytes)}"
+                         f", NCCL {format_bytes(self.outside.nccl_bytes)} ({self.outside.basis})")
         if self.oom:
             lines.append(f"OOM: {self.oom}")
         lines += [f"not modelled: {note}" for note in self.notes]
@@ -140,5 +154,64 @@ class Prediction:
 
     def __repr__(self) -> str:
         verdict = "fits" if self.fits else "OOM"
-        return (f"<Prediction {verdict}: peak allocated {format_bytes(self.peak_allocated_bytes)}, "
+        as_rank = f" rank {self.rank}/{self.world_size}" if self.world_size is not None else ""
+        return (f"<Prediction{as_rank} {verdict}: peak allocated {format_bytes(self.peak_allocated_bytes)}, "
                 f"reserved {format_bytes(self.peak_reserved_bytes)} on {self.device.name}>")
+
+
+class RankPredictions(Mapping[int, Prediction]):
+    """One :class:`Prediction` per rank of a distributed job (``memviz.predict(..., world_size=N, rank="all")``).
+
+    A mapping rank → prediction. Ranks differ where they hold different shards (FSDP2's uneven shards: a dimension
+    the world size does not divide leaves the last ranks fewer rows, and their optimizer state follows).
+
+    Attributes:
+        world_size: the job's number of ranks.
+        fits: every rank fits.
+        peak_allocated_bytes / peak_reserved_bytes: the largest rank's peaks.
+        worst_rank: the rank with the highest peak reserved (the first such).
+    """
+
+    def __init__(self, world_size: int, by_rank: dict[int, Prediction]) -> None:
+        self.world_size = world_size
+        self._by_rank = dict(by_rank)
+        self.fits: bool = all(p.fits for p in by_rank.values())
+        self.worst_rank: int = max(by_rank, key=lambda r: (by_rank[r].peak_reserved_bytes, -r))
+        self.peak_allocated_bytes: int = max(p.peak_allocated_bytes for p in by_rank.values())
+        self.peak_reserved_bytes: int = by_rank[self.worst_rank].peak_reserved_bytes
+
+    def __getitem__(self, rank: int) -> Prediction:
+        return self._by_rank[rank]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._by_rank)
+
+    def __len__(self) -> int:
+        return len(self._by_rank)
+
+    def groups(self) -> list[list[int]]:
+        """Ranks whose predictions agree (the same peaks and fit), in rank order."""
+        seen: dict[tuple[int, int, bool], list[int]] = {}
+        for rank, p in self._by_rank.items():
+            seen.setdefault((p.peak_allocated_bytes, p.peak_reserved_bytes, p.fits), []).append(rank)
+        return list(seen.values())
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per rank: rank, fits, peak allocated / reserved bytes, the estimate outside the allocator."""
+        return [{"rank": r, "fits": p.fits, "peak_allocated_bytes": p.peak_allocated_bytes,
+                 "peak_reserved_bytes": p.peak_reserved_bytes, "outside_allocator_bytes": p.outside.total_bytes}
+                for r, p in self._by_rank.items()]
+
+    def summary(self) -> str:
+        """One line per group of ranks that agree."""
+        lines = [f"{self.world_size} ranks: " + ("every rank fits" if self.fits else "some rank runs OUT OF MEMORY")]
+        for group in self.groups():
+            p = self._by_rank[group[0]]
+            names = f"rank {group[0]}" if len(group) == 1 else f"ranks {', '.join(map(str, group))}"
+            lines.append(f"{names}: {'fits' if p.fits else 'OOM'}, peak allocated "
+                         f"{format_bytes(p.peak_allocated_bytes)}, peak reserved {format_bytes(p.peak_reserved_bytes)}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (f"<RankPredictions {self.world_size} ranks, {'fit' if self.fits else 'OOM'}: worst rank "
+                f"{self.worst_rank}, peak reserved {format_bytes(self.peak_reserved_bytes)}>")

@@ -7,10 +7,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from memviz.errors import InputError
 from memviz.units import parse_size
 
 from .gpus import arch_for
-from .result import Prediction
+from .result import Prediction, RankPredictions
 
 __all__ = ["max_batch", "predict", "predicting"]
 
@@ -36,6 +37,7 @@ def _traced(session: Any) -> Iterator[None]:
     from . import patches
     from .autocast import CudaEmulation
     from .capture import Capture
+    from .distributed import rank_environment
     from .hooks import install_hooks
     from .redirect import Redirect
     from .rules.autograd import last_reference_counts
@@ -49,6 +51,8 @@ def _traced(session: Any) -> Iterator[None]:
     hooks: list[Any] = []
     try:
         with contextlib.ExitStack() as stack:
+            if session.world_size is not None:
+                stack.enter_context(rank_environment(session.world_size, session.rank))
             stack.enter_context(patches.applied(session))
             hooks.extend(install_hooks(session))
             session.emulation.enter()
@@ -70,8 +74,15 @@ def _traced(session: Any) -> Iterator[None]:
 
 
 def predict(fn: Callable[..., Any], *args: Any, device: Any = "A100-40GB", cap: int | str | None = None,
-            alloc_conf: str | None = None, on_progress: Progress | None = None, **kwargs: Any) -> Prediction:
+            alloc_conf: str | None = None, on_progress: Progress | None = None, world_size: int | None = None,
+            rank: int | str = 0, **kwargs: Any) -> Prediction | RankPredictions:
     """Run ``fn(*args, **kwargs)`` with no GPU and predict its memory on ``device``.
+
+    With ``world_size``, ``fn`` is a program written for ``torchrun`` (``init_process_group``,
+    ``torch.cuda.set_device(local_rank)``, ``init_device_mesh``, FSDP2's ``fully_shard``, DDP) and runs as rank
+    ``rank`` of ``world_size`` against torch's fake process group, one GPU per process
+    (:mod:`memviz.predictor.distributed`): the prediction is that rank's allocator. ``rank="all"`` predicts every
+    rank (:class:`memviz.predictor.RankPredictions`).
 
     Args:
         fn: the program, unchanged: it uses ``"cuda"`` as it would on a GPU.
@@ -81,26 +92,58 @@ def predict(fn: Callable[..., Any], *args: Any, device: Any = "A100-40GB", cap: 
             gives), default None: the whole device less the CUDA context.
         alloc_conf: a ``PYTORCH_CUDA_ALLOC_CONF`` string (default: torch's defaults).
         on_progress: called as ``on_progress(calls_so_far, None, phase)`` every 1024 allocations.
+        world_size: the number of ranks of a distributed job (default None: a single-GPU program).
+        rank: the rank to predict, in ``[0, world_size)`` (default 0), or ``"all"``.
 
     Returns:
-        A :class:`memviz.predictor.Prediction`. An allocation that does not fit raises ``torch.OutOfMemoryError``
-        inside ``fn`` at that op, as on the GPU; if ``fn`` lets it out, the prediction says ``fits=False`` and
+        A :class:`memviz.predictor.Prediction` (with ``rank="all"``, a :class:`memviz.predictor.RankPredictions`
+        of one per rank). An allocation that does not fit raises ``torch.OutOfMemoryError`` inside ``fn`` at that
+        op, as on the GPU; if ``fn`` lets it out, the prediction says ``fits=False`` and
         ``oom`` names the request, op, module and line.
 
     Raises:
         memviz.errors.DataDependentError: ``fn`` needs tensor values (``.item()``, ``nonzero``...) — see its message.
         Whatever ``fn`` raises (with a note saying where the prediction stopped).
-        memviz.errors.InputError / ValueError: a bad device, cap or alloc_conf; a torch older than the predictor
-            supports (:func:`memviz.predictor.patches.check_torch`).
+        memviz.errors.InputError / ValueError: a bad device, cap, alloc_conf, world size or rank; a torch older than
+            the predictor supports (:func:`memviz.predictor.patches.check_torch`); a world size on a torch without
+            the fake process group.
     """
-    global _active
     from .patches import check_torch
-    from .session import Session
 
     check_torch()
     dev, arch = arch_for(device)
     cap_bytes = None if cap is None else parse_size(cap)
+    if world_size is None:
+        if rank not in (0, "all"):
+            raise InputError(f"rank={rank!r} needs world_size (the number of ranks of the job)")
+        return _predict_one(fn, args, kwargs, dev, arch, cap_bytes, alloc_conf, on_progress, None, 0)
+    ranks = _ranks(world_size, rank)
+    if rank != "all":
+        return _predict_one(fn, args, kwargs, dev, arch, cap_bytes, alloc_conf, on_progress, world_size, ranks[0])
+    return RankPredictions(world_size, {r: _predict_one(fn, args, kwargs, dev, arch, cap_bytes, alloc_conf,
+                                                        on_progress, world_size, r) for r in ranks})
+
+
+def _ranks(world_size: Any, rank: Any) -> list[int]:
+    """The ranks ``rank`` names (``"all"``: every one), checked; refuses a torch without the fake group."""
+    from .distributed import check_rank, fake_pg_available
+
+    check_rank(world_size, 0 if rank == "all" else rank)
+    if not fake_pg_available():
+        raise InputError("predicting a rank needs torch.distributed and torch's fake process group "
+                         "(torch.testing._internal.distributed.fake_pg, torch >= 2.9); this torch has neither")
+    return list(range(world_size)) if rank == "all" else [rank]
+
+
+def _predict_one(fn: Callable[..., Any], args: tuple, kwargs: dict, dev: Any, arch: Any, cap_bytes: int | None,
+                 alloc_conf: str | None, on_progress: Progress | None, world_size: int | None,
+                 rank: int) -> Prediction:
+    global _active
+    from .session import Session
+
     session = Session(dev, arch, cap_bytes, alloc_conf or "", on_progress)
+    if world_size is not None:
+        session.world_size, session.rank = world_size, rank
     start = time.perf_counter()
     _active += 1
     try:
@@ -114,7 +157,8 @@ def predict(fn: Callable[..., Any], *args: Any, device: Any = "A100-40GB", cap: 
                     raise
             except Exception as e:
                 if hasattr(e, "add_note"):  # Python 3.11+
-                    e.add_note(f"memviz.predict: the program stopped after {len(session.calls)} allocator "
+                    as_rank = "" if world_size is None else f" as rank {rank} of {world_size}"
+                    e.add_note(f"memviz.predict: the program stopped{as_rank} after {len(session.calls)} allocator "
                                f"events, in phase {session.phase!r}")
                 raise
     finally:
@@ -124,12 +168,13 @@ def predict(fn: Callable[..., Any], *args: Any, device: Any = "A100-40GB", cap: 
 
 def max_batch(fn_of_batch: Callable[[int], Any], device: Any = "A100-40GB", cap: int | str | None = None,
               alloc_conf: str | None = None, lo: int = 1, hi: int | None = None,
-              on_progress: Progress | None = None) -> int:
+              on_progress: Progress | None = None, world_size: int | None = None, rank: int | str = 0) -> int:
     """The largest batch ``b`` in ``[lo, hi]`` for which ``fn_of_batch(b)`` fits (0 if ``lo`` does not).
 
     Doubles from ``lo`` until a batch does not fit (or ``hi``), then bisects; one :func:`predict` per try.
     Assumes memory grows with the batch. ``on_progress(tries_done, None, "batch B: fits"/"OOM")`` after
-    each try.
+    each try. ``world_size`` / ``rank``: a torchrun program's batch per rank, as :func:`predict` takes them
+    (``rank="all"``: the largest batch every rank fits).
 
     Raises:
         ValueError: ``lo < 1``, ``hi < lo``, or no OOM up to 2**24 with no ``hi`` (memory does not grow).
@@ -142,7 +187,8 @@ def max_batch(fn_of_batch: Callable[[int], Any], device: Any = "A100-40GB", cap:
 
     def fits(b: int) -> bool:
         nonlocal tries
-        ok = predict(fn_of_batch, b, device=device, cap=cap, alloc_conf=alloc_conf).fits
+        ok = predict(fn_of_batch, b, device=device, cap=cap, alloc_conf=alloc_conf, world_size=world_size,
+                     rank=rank).fits
         tries += 1
         if on_progress is not None:
             on_progress(tries, None, f"batch {b}: {'fits' if ok else 'OOM'}")

@@ -25,9 +25,21 @@ from .gpus import GpuArch
 from .result import OutOfMemory, Prediction
 from .rules import book_for
 from .rules.autograd import current_node
+from .streams import Streams
 from .values import Values
 
-__all__ = ["Session"]
+__all__ = ["Session", "wrapped"]
+
+_PLAIN = frozenset({torch.Tensor, torch.nn.Parameter})
+
+
+def wrapped(t: torch.Tensor) -> list[torch.Tensor] | None:
+    """The tensors a wrapper subclass (a DTensor) holds, or None for a tensor that holds its own storage."""
+    flatten = getattr(type(t), "__tensor_flatten__", None)
+    if flatten is None:
+        return None
+    names = flatten(t)[0]
+    return [x for x in (getattr(t, n) for n in names) if isinstance(x, torch.Tensor)]
 
 TORCH_DIR = os.path.dirname(torch.__file__)
 OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -70,14 +82,18 @@ class Session:
         self.module_stack_ids: list[int] = []
         self.module_names: dict[int, str] = {}
         self.modules: dict[int, torch.nn.Module] = {}
-        self.kept: set[tuple[str, str]] = set()  # (kind, thread) of the workspaces kept for the process
+        self.kept: set[tuple[str, str, int]] = set()  # (kind, thread, stream) of the workspaces kept for the process
         self.oom: OutOfMemory | None = None
         self.notes: dict[str, None] = {}  # what this prediction could not model, in the order met
         self.rules = book_for(arch, self.note)
         self.closed = False
         self.on_progress = on_progress
         self.emulation: Any = None  # memviz.predictor.autocast.CudaEmulation, while the tracer is installed
+        self.redirect: Any = None  # memviz.predictor.redirect.Redirect, while the tracer is installed
         self.values = Values(self.is_device, self.note, self.user_line)
+        self.streams = Streams(self.allocator, self.note)
+        self.rank: int | None = None  # this prediction's rank, when it plays one of a distributed job
+        self.world_size: int | None = None
 
     def new_allocator(self) -> CachingAllocator:
         """A fresh allocator like this session's (capacity, cap, config, context)."""
@@ -87,15 +103,24 @@ class Session:
     # ---- what is on the device
 
     def is_device(self, t: torch.Tensor) -> bool:
+        """Whether ``t`` stands for a device tensor: a meta tensor whose storage the session accounts, or a tensor
+        subclass wrapping one (a DTensor's local shard)."""
+        if type(t) in _PLAIN:
+            return t.is_meta and id(t.untyped_storage()) in self.live
+        inner = wrapped(t)
+        if inner is not None:
+            return any(self.is_device(x) for x in inner)
         return t.is_meta and id(t.untyped_storage()) in self.live
 
     def any_device(self, args: tuple, kwargs: dict) -> bool:
         for a in (*args, *kwargs.values()):
             if isinstance(a, torch.Tensor):
-                if a.is_meta and id(a.untyped_storage()) in self.live:
+                if type(a) not in _PLAIN:
+                    if self.is_device(a):
+                        return True
+                elif a.is_meta and id(a.untyped_storage()) in self.live:
                     return True
-            elif (isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor) and a[0].is_meta
-                  and id(a[0].untyped_storage()) in self.live):
+            elif isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor) and self.is_device(a[0]):
                 return True
         return False
 
@@ -148,22 +173,25 @@ class Session:
 
     # ---- allocator calls (DeviceMemory)
 
-    def _call(self, action: str, nbytes: int, ptr: int, alloc_index: int, op: str, module: str, line: str) -> None:
+    def _call(self, action: str, nbytes: int, ptr: int, alloc_index: int, op: str, module: str, line: str,
+              stream: int = 0) -> None:
         a = self.allocator
         self.calls.append((action, nbytes, ptr, alloc_index, op, module, line, self.phase, None,
-                           a.memory_allocated(), a.memory_reserved()))
+                           a.memory_allocated(), a.memory_reserved(), stream))
 
     def malloc(self, nbytes: int, op: str, category: str | None = None) -> Allocation:
-        """Allocate in the simulator and log it; raise ``torch.OutOfMemoryError`` as CUDA would."""
+        """Allocate in the simulator on the current stream and log it; raise ``torch.OutOfMemoryError`` as CUDA
+        would."""
+        stream = self.streams.current
         try:
-            ptr = self.allocator.malloc(nbytes)
+            ptr = self.allocator.malloc(nbytes, stream)
         except OutOfMemoryError as e:
             if self.oom is None:
                 self.oom = OutOfMemory(nbytes, str(e), op, self.where(), self.user_line(), self.phase,
                                        len(self.calls))
             raise torch.OutOfMemoryError(str(e)) from None
         index = len(self.calls)
-        self._call("alloc", nbytes, ptr, index, op, self.where(), self.user_line())
+        self._call("alloc", nbytes, ptr, index, op, self.where(), self.user_line(), stream)
         if category is not None:
             self.categories[index] = category
         if self.on_progress is not None and not index & 1023:
@@ -172,23 +200,27 @@ class Session:
 
     def try_malloc(self, nbytes: int, op: str, category: str | None = None) -> Allocation | None:
         """:meth:`malloc`, or None when it does not fit (the attempt has still released the cache, as on the GPU)."""
+        stream = self.streams.current
         try:
-            ptr = self.allocator.malloc(nbytes)
+            ptr = self.allocator.malloc(nbytes, stream)
         except OutOfMemoryError:
             return None
         index = len(self.calls)
-        self._call("alloc", nbytes, ptr, index, op, self.where(), self.user_line())
+        self._call("alloc", nbytes, ptr, index, op, self.where(), self.user_line(), stream)
         if category is not None:
             self.categories[index] = category
         return Allocation(ptr, index)
 
     def free(self, allocation: Allocation, op: str = "") -> None:
         self.allocator.free(allocation.ptr)
-        self._call("free", self.calls[allocation.index][1], allocation.ptr, allocation.index, op, "", "")
+        alloc = self.calls[allocation.index]
+        self._call("free", alloc[1], allocation.ptr, allocation.index, op, "", "", alloc[11])
 
     def keep(self, kind: str, nbytes: int, op: str) -> None:
-        """A library's workspace, once per (kind, thread): the main thread and autograd's backward thread."""
-        key = (kind, "backward" if torch._C._current_graph_task_id() != -1 else "main")
+        """A library's workspace, once per (kind, thread, stream): the main thread and autograd's backward thread each
+        have their own handle, and cuBLAS keeps a workspace per (handle, stream) (``CublasHandlePool.cpp``), made in
+        that stream's pool."""
+        key = (kind, "backward" if torch._C._current_graph_task_id() != -1 else "main", self.streams.current)
         if key not in self.kept and nbytes:
             self.malloc(nbytes, op, "workspaces")
             self.kept.add(key)
@@ -201,11 +233,11 @@ class Session:
         if entry is not None:
             if entry[1] == nbytes:
                 return
-            self.free(entry[0], op)  # resized: CUDA reallocates
-            del self.live[key]
-        if nbytes == 0:
+            if entry[0] is not None:
+                self.free(entry[0], op)  # resized: CUDA reallocates
+            self.live[key] = (self.malloc(nbytes, op) if nbytes else None, nbytes)
             return
-        self.live[key] = (self.malloc(nbytes, op), nbytes)
+        self.live[key] = (self.malloc(nbytes, op) if nbytes else None, nbytes)
         ref = weakref.ref(st, self._storage_died)
         self._refs[id(ref)] = (ref, key)
 
@@ -214,6 +246,24 @@ class Session:
         self.allocator.empty_cache()
         self.categories[len(self.calls)] = "temporaries"
         self._call("empty_cache", 0, 0, len(self.calls), "empty_cache", self.where(), self.user_line())
+
+    def resize(self, storage: torch.UntypedStorage, nbytes: int, op: str) -> None:
+        """A device storage resized in place (``UntypedStorage.resize_``, FSDP2's way of freeing and re-allocating
+        unsharded parameters): its allocation freed, and a new one of ``nbytes`` made on the current stream."""
+        key = id(storage)
+        entry = self.live.get(key)
+        if entry is None:
+            return
+        if entry[0] is not None:
+            self.free(entry[0], op)
+        self.live[key] = (self.malloc(nbytes, op) if nbytes else None, nbytes)
+
+    def data_ptr(self, storage: torch.UntypedStorage) -> int | None:
+        """The simulated address of a device storage (0 when it holds no bytes), or None for any other storage."""
+        entry = self.live.get(id(storage))
+        if entry is None:
+            return None
+        return entry[0].ptr if entry[0] is not None else 0
 
     # ---- lifetimes
 
@@ -232,21 +282,25 @@ class Session:
         _, key = self._refs.pop(id(ref))
         self.producers.pop(key, None)
         entry = self.live.pop(key, None)
-        if entry is not None and not self.closed:
+        if entry is not None and entry[0] is not None and not self.closed:
             self.free(entry[0])
 
     def forget(self, *tensors: torch.Tensor) -> None:
         """These outputs stay on the host on a GPU (e.g. flash attention's RNG seed): no device memory."""
         for t in tensors:
             entry = self.live.pop(id(t.untyped_storage()), None)
-            if entry is not None:
+            if entry is not None and entry[0] is not None:
                 self.free(entry[0])
 
     def tag(self, t: Any, category: str) -> None:
-        """``t``'s storage is of ``category`` (the first tag wins)."""
+        """``t``'s storage is of ``category`` (the first tag wins); a DTensor's, its local shard's."""
+        if isinstance(t, torch.Tensor) and type(t) not in _PLAIN:
+            for inner in wrapped(t) or ():
+                self.tag(inner, category)
+            return
         if isinstance(t, torch.Tensor) and t.is_meta:
             entry = self.live.get(id(t.untyped_storage()))
-            if entry is not None:
+            if entry is not None and entry[0] is not None:
                 self.categories.setdefault(entry[0].index, category)
 
     # ---- CUDA's decisions
@@ -271,4 +325,5 @@ class Session:
         return Prediction(calls=tuple(calls), phases=tuple(self.phase_marks), allocator=self.allocator,
                           new_allocator=self.new_allocator, device=self.device, arch=self.arch,
                           cap_bytes=self.cap_bytes, alloc_conf=self.alloc_conf, oom=self.oom,
-                          notes=(*self.notes, *self.values.notes()), trace_seconds=trace_seconds)
+                          notes=(*self.notes, *self.values.notes()), trace_seconds=trace_seconds,
+                          world_size=self.world_size, rank=self.rank)
