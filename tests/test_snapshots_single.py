@@ -221,12 +221,15 @@ def test_the_last_snapshot_alone_replays_exactly_or_says_why(name: str) -> None:
 
 def test_a_pool_refusal_names_the_evidence() -> None:
     """mempool_use: 1 MiB outside, then 1 MiB in a MemPool: the recording made a new segment for the second
-    although the device's pool (where the replay guessed it) had room."""
+    although the first segment had room for it (the allocator's rule 1, memviz.snapshots.pool_evidence), and no
+    snapshot names the pool of either."""
     _, history = _final_only("mempool_use-default")
     verdict = check_fidelity(history, progress=False).verdict
-    assert verdict.first_event == 3 and verdict.reason.startswith(
-        "at event 3 the recording reserved 2.00 MiB more for the 1.00 MiB request on stream 0x0, a new segment, "
-        "although the pool the replay assumed had a fitting free block")
+    assert verdict.first_event == 2 and verdict.reason.startswith(
+        "at event 2 the 1.00 MiB request on stream 0x0 made a new segment although the segment made at event 0 had "
+        "a free 1.00 MiB block that it would have taken from the same pool, so the two lay in different pools, and "
+        "no snapshot names the pool of either: a pool no snapshot names held some of them, a MemPool or a CUDA "
+        "graph's pool that held no segment when the snapshot was taken")
 
 
 @pytest.mark.parametrize("program", ["cross_stream_30mib", "graphs_shared_pool", "mempool_record_stream",

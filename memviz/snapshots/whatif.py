@@ -525,10 +525,10 @@ def _caveats(history: SnapshotHistory, *, capped: bool) -> list[str]:
     if unnamed > 0:
         caveats.append(f"{unnamed} segment{'s' if unnamed > 1 else ''} gone before the snapshot "
                        f"{'have' if unnamed > 1 else 'has'} no recorded pool and {'were' if unnamed > 1 else 'was'} "
-                       "replayed in the pool of the allocations around (the device's own if none): a MemPool used "
-                       "and deleted before the snapshot can look the same under this config and not under another "
-                       "(expandable segments give each pool its own); snapshots taken while such a pool was alive "
-                       "(earlier_snapshots) settle it")
+                       "replayed in the pool of the allocations around that the allocator's rules allow (the device's "
+                       "own if none): a MemPool used and deleted before the snapshot can look the same under this "
+                       "config and not under another (expandable segments give each pool its own); snapshots taken "
+                       "while such a pool was alive (earlier_snapshots) settle it")
     retries = 0 if capped else _releases_before_new_segments(history)
     if retries:
         caveats.append(f"{retries} of its releases of cached segments come right before a new segment, as an "
