@@ -115,3 +115,18 @@ def test_pages_mapped_at_once_and_freed_as_two_ranges_fail_torchs_assertion(a: C
 
 def test_the_error_is_memviz_and_runtime() -> None:
     assert issubclass(TorchAllocatorError, MemvizError) and issubclass(TorchAllocatorError, RuntimeError)
+
+
+def test_a_replay_stops_where_torch_fails_and_says_why() -> None:
+    """memviz.sim.replay (every what-if) ends at the op where torch's allocator fails, with its message."""
+    from memviz.sim import Op, replay
+
+    pool = (0, 1)
+    ops = [Op("begin_allocate_to_pool", pool), Op("malloc", 0, 60 * MiB), Op("malloc", 1, 20 * MiB), Op("free", 0),
+           Op("malloc", 2, 20 * MiB), Op("malloc", 3, 20 * MiB), Op("free", 2), Op("end_allocate_to_pool", pool),
+           Op("release_pool", pool), Op("empty_cache", pool), Op("free", 3), Op("malloc", 4, MiB)]
+    outcome = replay(ops, CachingAllocator(300 * MiB, alloc_conf="expandable_segments:True"))
+    assert outcome.failure_step == 10 and outcome.steps == 10 and not outcome.last_ok
+    assert outcome.failure.startswith("undefined in torch: the free of the 20,971,520 B block")
+    clean = replay(ops, CachingAllocator(300 * MiB))  # cudaMalloc segments: the pool waits for its blocks
+    assert clean.failure is None and clean.steps == len(ops)
