@@ -430,39 +430,51 @@ def _infer(segs: _Segments, events: Sequence[Mapping[str, Any]], alloc_sid: dict
 def _apply_rules(segs: _Segments, candidates: dict[int, list[PoolId]],
                  apart: Sequence[Apart]) -> list[tuple[int, str]]:
     """Drop from each unnamed segment's ``candidates`` (first: its pool) the pools the rules keep it out of, until
-    every finding of ``apart`` holds or shows a pool no snapshot names; those findings, as sentences."""
+    every finding of ``apart`` holds or shows a pool no snapshot names; those findings, as sentences.
+
+    Runtime complexity: O(f·g) a pass for f findings of g segments each, one pass per pool dropped."""
     def pool(root: int) -> PoolId | None:
         if root in candidates:
             return candidates[root][0] if candidates[root] else None
         return segs.pool[root]
 
+    groups = [({segs.find(s) for s in finding.first}, {segs.find(s) for s in finding.second}) for finding in apart]
     shown: dict[int, tuple[int, str]] = {}  # finding -> the conflict it shows
     changed = True
     while changed:
         changed = False
-        for n, finding in enumerate(apart):
+        for n, (first, second) in enumerate(groups):
             if n in shown:
                 continue
-            for a in {segs.find(s) for s in finding.first}:
-                for b in {segs.find(s) for s in finding.second}:
-                    pa, pb = pool(a), pool(b)
-                    if a == b or pa is None or pa != pb:
-                        continue
-                    moves = [r for r in (a, b) if r in candidates]
-                    if len(moves) == 1:  # one side named: the other was elsewhere
-                        candidates[moves[0]].pop(0)
-                        changed = True
-                        if not candidates[moves[0]]:
-                            shown[n] = (finding.event, _sentence(segs, finding.why) + ", so it lay in another "
-                                        "pool, and none a snapshot names (nor the device's own) fits")
-                    elif len(moves) == 2:
-                        shown[n] = (finding.event, _sentence(segs, finding.why) + ", so the two lay in "
-                                    "different pools, and no snapshot names the pool of either")
-                    if n in shown or changed:
-                        break
-                if n in shown or changed:
-                    break
+            pair = _sharing(first, second, pool)
+            if pair is None:
+                continue
+            moves = [r for r in pair if r in candidates]
+            why = _sentence(segs, apart[n].why)
+            if len(moves) == 1:  # one side named: the other was elsewhere
+                candidates[moves[0]].pop(0)
+                changed = True
+                if not candidates[moves[0]]:
+                    shown[n] = (apart[n].event, why + ", so it lay in another pool, and none a snapshot names (nor "
+                                "the device's own) fits")
+            elif len(moves) == 2:
+                shown[n] = (apart[n].event, why + ", so the two lay in different pools, and no snapshot names the "
+                            "pool of either")
     return sorted(shown.values())
+
+
+def _sharing(first: set[int], second: set[int], pool: Any) -> tuple[int, int] | None:
+    """A segment of ``first`` and another of ``second`` in one pool (as ``pool`` gives it), or None."""
+    by_pool: dict[PoolId, list[int]] = {}
+    for root in first:
+        p = pool(root)
+        if p is not None and len(by_pool.setdefault(p, [])) < 2:  # two: one of them is not ``root`` below
+            by_pool[p].append(root)
+    for root in second:
+        for a in by_pool.get(pool(root), ()):
+            if a != root:
+                return a, root
+    return None
 
 
 def _sentence(segs: _Segments, why: str) -> str:
