@@ -15,6 +15,9 @@
   prediction does not compute.
 - :class:`OutOfMemoryError` (a ``RuntimeError``, like ``torch.OutOfMemoryError``): the simulated
   allocator could not serve a request. Not a bug and not bad input: the lesson.
+- :class:`TorchAllocatorError` (a ``RuntimeError``): torch's own allocator fails at this point of the program
+  (a CUDA call it makes errs, an internal assertion of it fails, or it would go on with memory it freed); the
+  simulator stops where torch does, and the message says why.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ __all__ = [
     "OutOfMemoryError",
     "SizeError",
     "SnapshotError",
+    "TorchAllocatorError",
 ]
 
 
@@ -101,3 +105,13 @@ class OutOfMemoryError(MemvizError, RuntimeError):
         self.allocated_bytes = allocated_bytes
         self.reserved_bytes = reserved_bytes
         self.device_free_bytes = device_free_bytes
+
+
+class TorchAllocatorError(MemvizError, RuntimeError):
+    """torch's own ``CUDACachingAllocator`` fails at this point of the program, and so does the simulator.
+
+    The message starts with what torch raises (``CUDA error: invalid argument`` for a ``cudaFree`` the CUDA
+    runtime refuses, ``INTERNAL ASSERT FAILED`` for one of torch's assertions), then says what led there. The
+    simulator's state is the one torch is left in at that point (what torch changed before the failing call
+    stays changed), so it can be read and the program may go on, as it can after torch's exception.
+    """

@@ -34,7 +34,17 @@ from memviz.fragmentation import Fragmentation, fragmentation
 from memviz.lab_streams import DEFAULT_STREAM, StreamActions
 from memviz.oom import OOMExplanation, explain_oom
 from memviz.shapes import Request, read_size, size_request, tensor_request
-from memviz.sim.replay import EMPTY_CACHE, FREE, MALLOC, Op
+from memviz.sim.replay import (
+    BEGIN_POOL,
+    EMPTY_CACHE,
+    END_POOL,
+    FREE,
+    FREE_COMPLETED,
+    FREE_REQUESTED,
+    MALLOC,
+    RELEASE_POOL,
+    Op,
+)
 from memviz.units import format_bytes
 
 __all__ = ["Lab", "LabTensor"]
@@ -76,17 +86,23 @@ def _collector_paused(n: int) -> Iterator[None]:
 
 
 class _FreeLog:
-    """Logs ``Op("free", key)`` in ``ops`` when a tensor's memory really goes (its last reference dies).
+    """Logs ``Op("free", key)`` in ``ops`` when a tensor's memory really goes (its last reference dies); for a
+    tensor ``record_stream`` made wait on another stream, ``Op("free_requested", key)``, and keeps it ``pending``
+    until the lab sees the block freed (:meth:`Lab._finished_waits`).
 
     One weak reference a tensor and one callback for all: 0.9 µs a tensor to watch and release where
     ``weakref.finalize`` takes 1.4 µs, which shows at the lab's million tensors.
     """
 
-    __slots__ = ("_gone", "ops", "watched")
+    __slots__ = ("_gone", "ops", "pending", "waits", "watched")
 
     def __init__(self, ops: list[Op]) -> None:
         self.ops = ops
         self.watched: dict[int, tuple[weakref.ref, int]] = {}  # id(weak reference) -> (it, the op key)
+        # op key -> (address, pool name) of a live tensor whose free will wait (record_stream), then of one freed
+        # whose block waits on the stream's work
+        self.waits: dict[int, tuple[int, str | None]] = {}
+        self.pending: dict[int, tuple[int, str | None]] = {}
         self._gone = self._log  # one bound method, shared by every weak reference
 
     def watch(self, tensor: Any, key: int) -> None:
@@ -95,7 +111,12 @@ class _FreeLog:
 
     def _log(self, ref: weakref.ref) -> None:
         _, key = self.watched.pop(id(ref))
-        self.ops.append(Op(FREE, key))
+        wait = self.waits.pop(key, None) if self.waits else None
+        if wait is None:
+            self.ops.append(Op(FREE, key))
+        else:
+            self.ops.append(Op(FREE_REQUESTED, key))
+            self.pending[key] = wait
 
 
 class Lab(StreamActions):
@@ -133,9 +154,13 @@ class Lab(StreamActions):
         self._groups: dict[str, dict[str, None]] = {}  # group -> its members' names, in order (a dict: O(1) removal)
         self.events: list[Event] = []
         self.ops: list[Op] = []
-        """Allocator ops in order, for what-if replays (:func:`memviz.sim.replay`): ``Op("malloc", key, nbytes)``
-        (key None for a request that ran out of memory), ``Op("free", key)``, ``Op("empty_cache")``. Frees are
-        logged when the memory really goes (the last reference dies)."""
+        """Allocator ops in order, for what-if replays (:func:`memviz.sim.replay`), as torch's allocator saw them:
+        ``Op("malloc", key, nbytes, stream)`` (key None for a request that ran out of memory), ``Op("free", key)``
+        when the memory really goes (the last reference dies), ``Op("empty_cache")``; a free that
+        ``record_stream`` made wait as ``Op("free_requested", key)``, then ``Op("free_completed", key)`` before the
+        allocation that found its stream done (an ``empty_cache`` completes it itself); private pools and
+        captures as the allocator calls they make (:mod:`memviz.lab_streams`). Replayed under the lab's own
+        config, they give the lab's own numbers (:func:`memviz.oom.explain_oom` checks)."""
         self._free_log = _FreeLog(self.ops)
         self._next_key = 0
         self._auto_names = 0
@@ -243,17 +268,27 @@ class Lab(StreamActions):
         names, group = self._new_names(name, count)
         where, stream_name, pool_name = self._placement(stream, pool)
         stream_id = self._streams[stream_name].id if self._streams else 0
+        into = None if pool_name is None or self._capturing is not None else self._pool_key(pool_name)
         before = self._read_before()
         made: list[Any] = []
         oom_message = None
+        finished: dict[int, list[int]] = {}  # request k of the call -> the waiting frees its malloc finished
+        waits = self._free_log.pending
         with _collector_paused(count):
             with where:
                 try:
-                    for _ in range(count):
+                    for k in range(count):
                         made.append(self.backend.empty(request))
+                        if waits and (done := self._finished_waits()):
+                            finished[k] = done
                 except self.backend.oom_errors as error:
                     oom_message = str(error)  # keep text only: the exception's traceback would pin frames
-            for tensor_name, tensor in zip(names, made, strict=False):
+                    if waits and (done := self._finished_waits()):
+                        finished[len(made)] = done
+            if into is not None:  # use_mem_pool: beginAllocateToPool (a user more), then endAllocateToPool, releasePool
+                self.ops.append(Op(BEGIN_POOL, into))
+            for k, (tensor_name, tensor) in enumerate(zip(names, made, strict=False)):
+                self.ops.extend(Op(FREE_COMPLETED, key) for key in finished.get(k, ()))
                 self._keep(tensor_name, group, request, tensor, stream_name, pool_name, stream_id)
         if group is not None and made:
             self._groups[group] = dict.fromkeys(names[: len(made)])
@@ -268,9 +303,12 @@ class Lab(StreamActions):
             detail += f" in pool {pool_name}"
         oom = None
         if oom_message is not None:
+            self.ops.extend(Op(FREE_COMPLETED, key) for key in finished.get(n, ()))
             self.ops.append(Op(MALLOC, None, request.nbytes, stream_id))
             oom = OOMRecord(oom_message, request, n, self.fragmentation(), len(self.ops) - 1)
             detail += f" — out of memory after {n} of {count}" if count > 1 else " — out of memory"
+        if into is not None:
+            self.ops += [Op(END_POOL, into), Op(RELEASE_POOL, into)]
         del made
         return self._record("allocate", oom is None, tuple(names[:n]), request.nbytes * n, detail, before, oom)
 
@@ -322,6 +360,7 @@ class Lab(StreamActions):
         before = self._read_before()
         self.backend.empty_cache()
         self.ops.append(Op(EMPTY_CACHE))
+        self._free_log.pending.clear()  # it waited for every stream: the replay's empty_cache does too
         return self._record("empty_cache", True, (), 0, "empty_cache()", before)
 
     def reset_peak(self) -> Event:
@@ -363,6 +402,22 @@ class Lab(StreamActions):
         backend = self.backend
         return explain_oom(event, self.ops, total_memory_bytes=backend.total_memory_bytes, cap_bytes=backend.cap_bytes,
                            alloc_conf=backend.alloc_conf, configs=configs)
+
+    def _finished_waits(self) -> list[int]:
+        """The op keys of waiting frees (``free_requested``) whose blocks the allocator freed since the last look
+        (``process_events`` at the start of a malloc): read from the blocks' states when the count of waiting
+        blocks says one may have gone."""
+        pending = self._free_log.pending
+        stats = self.backend.memory_stats()
+        waiting = stats.get("active.all.current", 0) - stats.get("allocation.all.current", 0)
+        if waiting == len(pending):
+            return []
+        still = {b["address"] for seg in self.backend.segments() for b in seg["blocks"]
+                 if b["state"] == "active_pending_free"}
+        done = [key for key, (address, _) in pending.items() if address not in still]
+        for key in done:
+            del pending[key]
+        return done
 
     # -- internals -----------------------------------------------------------------------------------
 

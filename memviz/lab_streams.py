@@ -20,8 +20,17 @@ Bad input (a stream, pool or graph name the lab does not know, one it knows alre
 released, a second capture at once, a synchronize or ``empty_cache`` inside a capture) raises an
 :class:`~memviz.errors.InputError` and changes nothing.
 
-The lab's op log (``lab.ops``, for what-if replays) records each allocation's stream; it does not record
-private pools, ``record_stream`` or captures, so what-ifs of a lab that used them are approximate.
+The lab's op log (``lab.ops``, for what-if replays) records what each call does to the allocator, so that a
+replay through :mod:`memviz.sim` reproduces it: each allocation's stream; a ``MemPool`` as
+``begin_allocate_to_pool`` + ``end_allocate_to_pool`` (made, one user), an allocation into it between a
+``begin_allocate_to_pool`` and an ``end_allocate_to_pool`` + ``release_pool`` (``use_mem_pool``), its deletion as
+``release_pool`` + ``empty_cache`` of its id; a capture as ``empty_cache`` (``torch.cuda.graph``), the default
+generator's two 8-byte tensors on the capture stream when the lab's torch registers it there and no live graph has
+(:func:`memviz.sim.graphs.registers_generator_at_capture`), ``begin_allocate_to_pool`` of its pool, and
+``end_allocate_to_pool`` at its end; a graph's deletion as the generator's frees (the last graph) and
+``release_pool``; a free that ``record_stream`` made wait as ``free_requested``, and ``free_completed`` where the
+allocator finished it. Graphs or streams used outside the lab are not in it: :func:`memviz.oom.explain_oom`
+checks the replay against the lab's own numbers and says when they differ.
 """
 
 from __future__ import annotations
@@ -32,6 +41,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memviz.errors import InputError, InputTypeError
+from memviz.sim.graphs import GENERATOR_TENSOR_BYTES, registers_generator_at_capture
+from memviz.sim.replay import BEGIN_POOL, EMPTY_CACHE, END_POOL, FREE, MALLOC, RELEASE_POOL, Op
 
 if TYPE_CHECKING:
     from memviz.events import Event
@@ -42,6 +53,7 @@ DEFAULT_STREAM = "default"
 DEFAULT_POOL = (0, 0)  # the device's own pools' id in snapshots (segment_pool_id)
 CAPTURE_STREAM = "capture"  # torch.cuda.graph's one default capture stream, shared by every capture
 MAX_WORK_SECONDS = 600.0
+_NEW_GRAPH_POOL_KEY = 1 << 40  # op-log key of a new graph pool while its first capture runs: (2**40 + n, 0)
 
 
 @dataclass
@@ -87,6 +99,9 @@ class StreamActions:
 
     backend: Any
     _tensors: dict
+    ops: list[Op]
+    _next_key: int
+    _free_log: Any
 
     def _init_streams(self) -> None:
         self._streams: dict[str, LabStream] = {}  # filled on first use: a backend without streams never asks
@@ -94,6 +109,8 @@ class StreamActions:
         self._graphs: dict[str, LabGraph] = {}
         self._capturing: LabGraph | None = None
         self._pool_handles: dict[str, Any] = {}  # a MemPool's backend handle, while it is not released
+        self._begin_op: int | None = None  # where the op log began the capture of a new graph pool
+        self._generator_keys: tuple[int, int] | None = None  # op keys of the default generator's tensors, if live
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -168,6 +185,8 @@ class StreamActions:
         before = self._read_before()
         for entry in entries:
             self.backend.record_stream(entry.tensor, target.handle)
+            if target.name != entry.stream:  # torch ignores a use on the tensor's own stream
+                self._free_log.waits[entry.op_key] = (_address(entry.tensor), entry.pool)
         what = name if len(names) == 1 else f"{len(names)} × {name}"
         return self._record("record_stream", True, tuple(names), 0, f"{what}.record_stream({stream})", before)
 
@@ -204,6 +223,8 @@ class StreamActions:
         handle = self.backend.new_pool()
         self._pools[name] = LabPool(name, "pool", self.backend.pool_id(handle), {name: None})
         self._pool_handles[name] = handle
+        key = self._pool_key(name)
+        self.ops += [Op(BEGIN_POOL, key), Op(END_POOL, key)]  # MemPool(): the pool, with one user (itself)
         return self._record("new_pool", True, (), 0, f"new pool {name!r} {self._pools[name].id}", before)
 
     def release_pool(self, name: str) -> Event:
@@ -222,6 +243,11 @@ class StreamActions:
         before = self._read_before()
         self.backend.release_pool(self._pool_handles.pop(name))
         del pool.holders[name]
+        key = self._pool_key(name)
+        self.ops += [Op(RELEASE_POOL, key), Op(EMPTY_CACHE, key)]
+        pending = self._free_log.pending  # emptyCache(id) waited for the pool's own frees; the replay's does too
+        for op_key in [k for k, (_, in_pool) in pending.items() if in_pool == name]:
+            del pending[op_key]
         return self._record("release_pool", True, (), 0, f"del pool {name!r}", before)
 
     # -- CUDA graphs -----------------------------------------------------------------------------------
@@ -251,6 +277,7 @@ class StreamActions:
             raise
         if shared is None:  # torch names a new graph pool only once the capture has ended (end_capture)
             shared = self._pools[name] = LabPool(name, "graph pool", None)
+        self._log_capture_begin(shared)
         shared.holders[name] = None
         self._capturing = self._graphs[name] = LabGraph(name, handle, shared.name)
         where = "a new pool" if pool is None else f"{shared.kind} {shared.name}'s pool {shared.id}"
@@ -267,6 +294,10 @@ class StreamActions:
         pool = self._pools[graph.pool]
         if pool.id is None:
             pool.id = self.backend.graph_pool_id(graph.handle)
+            if self._begin_op is not None:  # the capture began its pool under a key of the lab's: now torch's id
+                self.ops[self._begin_op] = Op(BEGIN_POOL, pool.id)
+        self._begin_op = None
+        self.ops.append(Op(END_POOL, pool.id))
         return self._record("end_capture", True, (), 0, f"capture of {graph.name!r} ends (pool {pool.id})", before)
 
     @contextmanager
@@ -298,6 +329,10 @@ class StreamActions:
         graph.handle = None  # the last reference: on a GPU, ~CUDAGraph unregisters the generator only now
         graph.alive = False
         del self._pools[graph.pool].holders[name]
+        if self._generator_keys is not None and not any(g.alive for g in self._graphs.values()):
+            self.ops += [Op(FREE, key) for key in self._generator_keys]  # the last graph: its tensors go
+            self._generator_keys = None
+        self.ops.append(Op(RELEASE_POOL, self._pool_key(graph.pool)))
         return self._record("delete_graph", True, (), 0, f"del {name}", before)
 
     def let_go(self) -> list[Event]:
@@ -310,6 +345,25 @@ class StreamActions:
         return events
 
     # -- internals -----------------------------------------------------------------------------------
+
+    def _pool_key(self, name: str) -> tuple[int, int]:
+        """The key of pool ``name`` in the op log: its id (a new graph pool's is ``(2**40 + n, 0)`` until its first
+        capture ends and torch gives it one)."""
+        pool = self._pools[name]
+        return pool.id if pool.id is not None else (_NEW_GRAPH_POOL_KEY + len(self._pools), 0)
+
+    def _log_capture_begin(self, pool: LabPool) -> None:
+        """The allocator calls entering ``torch.cuda.graph`` made (see the module docstring)."""
+        self.ops.append(Op(EMPTY_CACHE))
+        self._free_log.pending.clear()  # it synchronized and waited for every stream, as the replay's does
+        if self._generator_keys is None and registers_generator_at_capture(self.backend.torch_version):
+            self._generator_keys = (self._next_key, self._next_key + 1)
+            self._next_key += 2
+            stream = self._streams[CAPTURE_STREAM].id
+            self.ops += [Op(MALLOC, key, GENERATOR_TENSOR_BYTES, stream) for key in self._generator_keys]
+        if pool.id is None:
+            self._begin_op = len(self.ops)
+        self.ops.append(Op(BEGIN_POOL, self._pool_key(pool.name)))
 
     def _pool_by_id(self, pool_id: tuple[int, int]) -> LabPool | None:
         """The lab's pool of that id; during the first capture into a new graph pool (whose id torch gives only
@@ -403,6 +457,11 @@ class StreamActions:
         if into is not None:
             contexts.append(self.backend.in_pool(self._pool_handles[into.name]))
         return _nested(contexts), target.name, None if into is None else into.name
+
+
+def _address(tensor: Any) -> int:
+    """A lab tensor's device address (``data_ptr()``: a ``torch.Tensor``'s or a simulated one's)."""
+    return tensor.data_ptr()
 
 
 @contextmanager

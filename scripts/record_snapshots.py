@@ -43,7 +43,9 @@ refused with the right reason, none replayed wrong).
 - ``fresh_pool_small_and_2mib``: 1000 B, 2 MiB, 512 KiB and 2 MiB + 1 B requests in a fresh pool.
 - ``empty_cache_pools_alive``: ``empty_cache()`` while two pools hold free segments; then the pools deleted.
 - ``pools_released_at_once``: three pools used and freed, deleted together, then a request outside.
-- ``held_out_graph_into_mempool``: a capture into a MemPool (``pool=mempool.id``) beside eager use of that pool.
+- ``held_out_graph_into_mempool``: a capture into a MemPool (``pool=mempool.id``) beside eager use of that pool
+  (warmed up on a side stream first: without it the 2026-12-04 run's capture failed, cuBLAS setting itself up
+  inside it).
 - ``held_out_two_side_streams_pools``: two side streams, each in its own MemPool and outside it.
 - ``held_out_graphed_callables``: ``torch.cuda.make_graphed_callables`` on a small MLP, a few training steps,
   everything deleted and ``empty_cache()``.
@@ -293,8 +295,13 @@ def held_out_graph_into_mempool(torch, phase: Phases) -> object:
             b = _empty(torch, 200 * 1024)
         del b
     with phase("captured into the MemPool"):
-        g = torch.cuda.CUDAGraph()
         x = torch.randn(64, 256, device="cuda")
+        side = torch.cuda.Stream()  # warm-up before capturing, as torch.cuda.graph's docs ask: cuBLAS sets itself
+        side.wait_stream(torch.cuda.current_stream())  # up here (in the capture it invalidated the capture on the
+        with torch.cuda.stream(side):  # H200 run of 2026-12-04)
+            (x @ w).tanh()
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g, pool=pool.id):
             y = (x @ w).tanh()
     with phase("replayed, eager use again"):

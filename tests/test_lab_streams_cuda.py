@@ -3,7 +3,10 @@
 The scenario runs in a fresh process (``python tests/test_lab_streams_cuda.py`` prints a JSON report): once on
 ``Lab(backend="cuda")``, through torch's own ``Stream``, ``record_stream``, ``MemPool`` / ``use_mem_pool`` and
 ``torch.cuda.graph``, and once on the simulator of the same device; after every step it compares the full
-``memory_stats()`` and the segments (place, size, block states). Skipped without CUDA.
+``memory_stats()`` and the segments (place, size, block states). After every step of the GPU's run it also replays
+the lab's op log (``lab.ops``, what every what-if of the lab replays) through a fresh simulator of the device and
+compares its reserved, allocated and active bytes and its segment and device-call counts with the GPU's.
+Skipped without CUDA.
 """
 
 from __future__ import annotations
@@ -17,8 +20,11 @@ import pytest
 
 from memviz.backends import cuda_available
 from memviz.lab import Lab
+from memviz.sim import CachingAllocator, replay
 
 MiB = 1 << 20
+LOG_KEYS = ("reserved_bytes.all.current", "allocated_bytes.all.current", "active_bytes.all.current",
+            "segment.all.current", "allocation.all.current", "num_device_alloc", "num_device_free")
 
 
 def _capture(lab: Lab, name: str, pool: str | None, sizes: list[tuple[str, str]], free: tuple[str, ...] = ()) -> None:
@@ -65,7 +71,10 @@ def run(backend: str) -> list[dict]:
         step(lab)
         segments = sorted((lab.place_of(s), s["total_size"], [b["state"] for b in s["blocks"]])
                           for s in lab.segments())
-        out.append({"step": label, "stats": dict(lab.stats()), "segments": segments})
+        sim = CachingAllocator(lab.backend.total_memory_bytes, alloc_conf=lab.backend.alloc_conf)
+        failure = replay(list(lab.ops), sim).failure
+        out.append({"step": label, "stats": dict(lab.stats()), "segments": segments, "log_failure": failure,
+                    "log_stats": {k: sim.memory_stats()[k] for k in LOG_KEYS}})
     return out
 
 
@@ -79,7 +88,11 @@ def report() -> dict:
             diffs.append({"step": real["step"], "stats": {k: [real["stats"].get(k), simulated["stats"].get(k)]
                                                           for k in keys},
                           "segments": [real["segments"], simulated["segments"]]})
-    return {"steps": len(cuda), "diffs": diffs, "final_cuda": cuda[-1]["segments"],
+    log_diffs = [{"step": r["step"], "failure": r["log_failure"],
+                  "stats": {k: [r["stats"].get(k), r["log_stats"][k]] for k in LOG_KEYS
+                            if r["stats"].get(k) != r["log_stats"][k]}}
+                 for r in cuda if r["log_failure"] or any(r["stats"].get(k) != r["log_stats"][k] for k in LOG_KEYS)]
+    return {"steps": len(cuda), "diffs": diffs, "log_diffs": log_diffs, "final_cuda": cuda[-1]["segments"],
             "reserved_cuda": [r["stats"].get("reserved_bytes.all.current") for r in cuda]}
 
 
@@ -92,6 +105,7 @@ def test_lab_streams_pools_and_graphs_match_the_simulator_on_cuda():
     print(json.dumps(result, indent=1))
     assert result["steps"] == len(STEPS)
     assert result["diffs"] == []
+    assert result["log_diffs"] == []  # the op log's replay is the GPU's lab, step by step
 
 
 if __name__ == "__main__":

@@ -48,10 +48,13 @@ class Backend(ABC):
         device_name: e.g. ``"NVIDIA H200"``.
         total_memory_bytes: the device's total memory.
         oom_errors: exception types an allocation raises when the allocator runs out of memory.
+        torch_version: the torch whose allocator rules it follows (``"2.11"``, ``torch.__version__``): which
+            allocations a CUDA graph capture makes (:func:`memviz.sim.graphs.registers_generator_at_capture`).
     """
 
     kind: str
     index: int = 0
+    torch_version: str | None = None
     device_name: str
     total_memory_bytes: int
     oom_errors: tuple[type[BaseException], ...]

@@ -36,6 +36,7 @@ class CudaBackend(Backend):
     """
 
     kind = "cuda"
+    torch_version = torch.__version__
     oom_errors = (torch.cuda.OutOfMemoryError,)
 
     def __init__(self, device: int | None = None, cap_bytes: int | None = None, alloc_conf: str | None = None) -> None:

@@ -81,6 +81,7 @@ class SimulatedBackend(Backend):
         self.allocator = CachingAllocator(self.total_memory_bytes, memory_fraction=fraction, alloc_conf=alloc_conf,
                                           device_name=f"GPU {self.index}")
         self._alloc_conf = alloc_conf
+        self.torch_version = ".".join(map(str, self.allocator.torch_version))
         self._stream = 0  # the current stream: 0, or the one on_stream / a capture made current
         self._last_stream = 0
         self._busy_until: dict[int, float] = {}  # stream -> time.monotonic() its queued work ends

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator
 from types import MethodType
 from typing import Any
 
-from memviz.errors import InputError, InputTypeError, InvalidFreeError, OutOfMemoryError
+from memviz.errors import InputError, InputTypeError, InvalidFreeError, OutOfMemoryError, TorchAllocatorError
 
 from . import _fastpath, rules
 from .addresses import AddressSpace
@@ -214,6 +214,10 @@ class CachingAllocator:
         # use_mem_pool contexts diverting allocations to one: (pool id, filter of the stream)
         self.graph_pools: dict[PoolId, PrivatePool] = {}
         self.graph_pools_freeable: dict[PoolId, PrivatePool] = {}
+        # pools torch deleted while blocks still lay in them (see release_cached_blocks), and those blocks'
+        # allocations: torch keeps pointers into the deleted pool there, so a free of one is refused
+        self._erased_pools: dict[PoolId, PrivatePool] = {}
+        self._orphaned: dict[int, Block] = {}  # ptr -> allocated block of an erased pool
         self.captures_underway: list[tuple[PoolId, Callable[[int], bool]]] = []
         # cross-stream frees: blocks whose free waits for a capture to end, events by stream, and the
         # number of the last event each stream has completed (events are numbered 1, 2, ... as recorded)
@@ -359,14 +363,14 @@ class CachingAllocator:
         Raises:
             InvalidFreeError: ``ptr`` is not a live allocation.
         """
-        block = self._active_blocks.get(ptr)
+        block = self.live_block(ptr)
         if block is None:
             raise InvalidFreeError(f"no live allocation at address {ptr:#x}")
         return block.requested_size
 
     def block_size(self, ptr: int) -> int:
         """Return the rounded size in bytes of the block holding the live allocation at ``ptr``."""
-        block = self._active_blocks.get(ptr)
+        block = self.live_block(ptr)
         if block is None:
             raise InvalidFreeError(f"no live allocation at address {ptr:#x}")
         return block.size
@@ -654,6 +658,8 @@ class CachingAllocator:
         if block is None:
             if ptr == 0:
                 return
+            if ptr in self._orphaned:
+                raise TorchAllocatorError(self._erased_message(self._orphaned[ptr], "free"))
             kind = "already-freed or interior" if self._owns(ptr) else "unknown"
             raise InvalidFreeError(f"free of {kind} address {ptr:#x}: not a live allocation "
                                    "(allocator state unchanged)")
@@ -717,7 +723,7 @@ class CachingAllocator:
         stream = _checked_stream(stream)
         if ptr == 0:
             return
-        block = self._active_blocks.get(_checked_address(ptr))
+        block = self.live_block(_checked_address(ptr))
         if block is None:
             raise InvalidFreeError(f"record_stream: no live allocation at address {ptr:#x}")
         if stream == block.segment.pool.stream:
@@ -843,13 +849,29 @@ class CachingAllocator:
             self._finish_free(block)
 
     def _finish_free(self, block: Block) -> None:
-        """``free_block`` for a block whose events completed: active and requested bytes drop now."""
+        """``free_block`` for a block whose events completed: active and requested bytes drop now.
+
+        Raises:
+            TorchAllocatorError: the block's pool was deleted while the free waited (see :meth:`_erase_pool`).
+        """
+        owner = block.segment.pool.owner
+        if owner is not None and owner.erased:
+            raise TorchAllocatorError(self._erased_message(block, "pending free"))
         del self._pending_free[block.ptr]
         block.allocated = False
         pool = block.segment.pool
         self.stats.change_pending(pool.stat_type, -1, -block.size)
         self.record_trace("free_completed", block.ptr, block.requested_size, pool.stream)
         self.free_block(block)
+
+    @staticmethod
+    def _erased_message(block: Block, what: str) -> str:
+        pool = block.segment.pool.owner
+        return (f"undefined in torch: the {what} of the {block.size:,} B block at {block.ptr:#x} would return it to "
+                f"private pool {pool.id if pool is not None else '?'}, which torch deleted while the block still lay "
+                "in it (with expandable segments a pool's cudaMalloc_count counts alloc_block calls up and unmapped "
+                "ranges down, and empty_cache erased the pool when it reached 0); torch's allocator would work on "
+                "freed memory here, so the simulator refuses (nothing changed)")
 
     def _owns(self, ptr: int) -> bool:
         return any(s.ptr <= ptr < s.ptr + s.size for s in self._segments.values())
@@ -954,7 +976,27 @@ class CachingAllocator:
             if pp.cudaMalloc_count == 0:
                 del self.graph_pools[pool_id]
                 del self.graph_pools_freeable[pool_id]
+                self._erase_pool(pp)
         return True
+
+    def _erase_pool(self, pp: PrivatePool) -> None:
+        """What deleting ``pp`` (``graph_pools.erase``) leaves: with expandable segments its ``cudaMalloc_count``
+        counts ``alloc_block`` calls up and unmapped ranges down (``map_block`` of several pages is one call,
+        ``unmap_block`` of each free range another), so it can reach 0 while blocks still lie in the pool.
+        torch deletes the pool anyway; those blocks keep pointing into it, and what a free of one does is
+        undefined (it inserts the block into the deleted pool). Their allocations move to ``_orphaned``, where
+        :meth:`free` refuses them; a pending free of one is refused when its events complete."""
+        pp.erased = True
+        held = [seg for seg in self._segments.values() if seg.pool.owner is pp]
+        if not held:
+            return
+        self._erased_pools[pp.id] = pp
+        for seg in held:
+            b = seg.head
+            while b is not None:
+                if b.allocated and self._active_blocks.get(b.ptr) is b:
+                    self._orphaned[b.ptr] = self._active_blocks.pop(b.ptr)
+                b = b.next
 
     def release_blocks(self, pools: list[BlockPool]) -> None:
         """Release the unsplit free blocks of one torch pool — ``pools``, its streams in ascending order —
@@ -977,13 +1019,28 @@ class CachingAllocator:
                 self.release_expandable_segment(block)
 
     def release_block(self, block: Block) -> None:
-        """Give a whole free segment back to the driver (``release_block``, i.e. ``cudaFree``)."""
+        """Give a whole free segment back to the driver (``release_block``, i.e. ``cudaFree``).
+
+        Raises:
+            TorchAllocatorError: ``block`` is part of a split segment. Only ``release_available_cached_blocks``
+                passes one, after ``max_split_size`` was lowered at run time below a free block split off
+                before (torch never checks ``is_split`` there): torch counts the ``cudaFree`` and records its
+                ``segment_free``, then the CUDA runtime refuses a pointer that no ``cudaMalloc`` returned and
+                ``C10_CUDA_CHECK`` raises; the block stays cached.
+        """
         stats = self.stats
         stats.num_device_free += 1
         size = block.size
         ptr = block.ptr
         pool = block.segment.pool
         self.record_trace("segment_free", ptr, size, pool.stream)
+        if block.prev is not None or block.next is not None:
+            raise TorchAllocatorError(
+                f"CUDA error: invalid argument (torch's release_available_cached_blocks called cudaFree on the "
+                f"free {size:,} B block at {ptr:#x}, which is part of the {block.segment.size:,} B segment at "
+                f"{block.segment.ptr:#x}: max_split_size was lowered at run time below the size of a block split "
+                "off before, and torch releases any cached block at least max_split_size bytes large without "
+                "checking that it is a whole segment; the block stays cached)")
         self._address_space.free(ptr)
         del self._segments[ptr]
         self.total_allocated_memory -= size
@@ -1189,6 +1246,14 @@ class CachingAllocator:
         stats = self.stats
         decrease_stat(stats, pool.stat_type, RESERVED_BYTES, unmapped_size)
         if pool.owner is not None:
+            if pool.owner.cudaMalloc_count <= 0:
+                raise TorchAllocatorError(
+                    f"INTERNAL ASSERT FAILED: block->pool->owner_PrivatePool->cudaMalloc_count > 0 (torch's "
+                    f"unmap_block, unmapping {unmapped_size:,} B at {begin:#x} of private pool {pool.owner.id}): "
+                    "with expandable segments the count goes up once per alloc_block, however many pages it "
+                    "maps, and down once per unmapped range, so a pool's pages mapped in one call and freed in "
+                    "two ranges run it out; torch stops here (inside a MemPool's deletion, the process aborts), "
+                    "with this range unmapped and the pool's other free ranges still mapped")
             pool.owner.cudaMalloc_count -= 1
         stats.num_device_free += 1
         self.record_trace("segment_unmap", begin, unmapped_size, pool.stream)
@@ -1236,11 +1301,11 @@ class CachingAllocator:
 
     def live_block(self, ptr: int) -> Block | None:
         """Return the allocated block at address ``ptr``, or None (read-only)."""
-        return self._active_blocks.get(ptr)
+        return self._active_blocks.get(ptr) or self._orphaned.get(ptr)
 
     def live_count(self) -> int:
         """Return the number of live allocations (``allocation.all.current``)."""
-        return len(self._active_blocks)
+        return len(self._active_blocks) + len(self._orphaned)
 
     def pending_blocks(self) -> list[Block]:
         """Return the blocks freed but waiting on other streams' events ("active_pending_free"), read-only."""
@@ -1250,6 +1315,8 @@ class CachingAllocator:
         """Yield every free-block pool: the device's own, then each private pool's (read-only)."""
         yield from self.own_pools.all()
         for pp in self.graph_pools.values():
+            yield from pp.pools.all()
+        for pp in self._erased_pools.values():  # deleted by torch with blocks still in them (_erase_pool)
             yield from pp.pools.all()
 
     # ------------------------------------------------------------------ private pools (CUDA graphs, MemPool)

@@ -64,14 +64,17 @@ class PrivatePool:
             freeable: ``empty_cache`` may then release its free segments (``graph_pools_freeable``).
         cudaMalloc_count: its segments still held from the driver; a freeable pool at 0 is deleted.
         pools: its blocks by stream (:class:`StreamPools`).
+        erased: torch deleted it (``graph_pools.erase``); blocks may still point to it (see
+            ``CachingAllocator._erase_pool``).
     """
 
-    __slots__ = ("cudaMalloc_count", "id", "pools", "use_count")
+    __slots__ = ("cudaMalloc_count", "erased", "id", "pools", "use_count")
 
     def __init__(self, pool_id: PoolId) -> None:
         self.id = pool_id
         self.use_count = 1
         self.cudaMalloc_count = 0
+        self.erased = False
         self.pools = StreamPools(self)
 
     def __repr__(self) -> str:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
-from memviz.errors import InputError, OutOfMemoryError
+from memviz.errors import InputError, OutOfMemoryError, TorchAllocatorError
 
 if TYPE_CHECKING:
     from .allocator import CachingAllocator
@@ -84,6 +84,9 @@ class ReplayOutcome:
         oom_steps: their positions in the op sequence.
         last_ok: whether the last ``malloc`` / ``probe`` succeeded (True when there was none).
         live: key → address of the allocations still live at the end.
+        failure: where torch's own allocator fails (:class:`~memviz.errors.TorchAllocatorError`'s message: a CUDA
+            error, an internal assertion, undefined behaviour), the replay stopped there; None: it ran to the end.
+        failure_step: the position of the op that failed (not counted in ``steps``), or None.
     """
 
     steps: int = 0
@@ -91,6 +94,8 @@ class ReplayOutcome:
     oom_steps: list[int] = field(default_factory=list)
     last_ok: bool = True
     live: dict[int, int] = field(default_factory=dict)
+    failure: str | None = None
+    failure_step: int | None = None
 
 
 def replay(ops: Iterable[Op], allocator: CachingAllocator,
@@ -98,7 +103,9 @@ def replay(ops: Iterable[Op], allocator: CachingAllocator,
     """Run ``ops`` through ``allocator`` in order and return what happened.
 
     A ``free`` of a key that is not live (never allocated, its ``malloc`` ran out of memory, or
-    already freed) is skipped: the recorded program freed memory this allocator never gave it.
+    already freed) is skipped: the recorded program freed memory this allocator never gave it. An op where
+    torch's own allocator fails (:class:`~memviz.errors.TorchAllocatorError`) ends the replay there, with
+    ``failure`` set; ``on_step`` is not called for it.
 
     Args:
         ops: the workload, as :class:`Op` tuples (any iterable; it is read once).
@@ -115,64 +122,90 @@ def replay(ops: Iterable[Op], allocator: CachingAllocator,
     Runtime complexity: one allocator call per op, plus O(1) bookkeeping.
     """
     out = ReplayOutcome()
+    oom_steps = out.oom_steps
+    waiting: dict[int, int] = {}  # key -> address of a free_requested still to complete
+    step = -1
+    try:
+        step = _run(ops, allocator, on_step, out, waiting)
+    except _Failed as failed:
+        out.failure, out.failure_step, step = failed.message, failed.step, failed.step - 1
+        out.last_ok = False
+    out.steps = step + 1
+    out.ooms = len(oom_steps)
+    return out
+
+
+class _Failed(Exception):
+    """torch's allocator failed at op ``step``."""
+
+    def __init__(self, step: int, message: str) -> None:
+        super().__init__(message)
+        self.step, self.message = step, message
+
+
+def _run(ops: Iterable[Op], allocator: CachingAllocator,
+         on_step: Callable[[int, Op, OutOfMemoryError | None], None] | None, out: ReplayOutcome,
+         waiting: dict[int, int]) -> int:
+    """:func:`replay`'s loop (one ``try`` around it: free while nothing raises); returns the last step run."""
     live = out.live
     oom_steps = out.oom_steps
     malloc, free, empty_cache = allocator.malloc, allocator.free, allocator.empty_cache
     last_ok = True
     oom: OutOfMemoryError | None = None
-    waiting: dict[int, int] = {}  # key -> address of a free_requested still to complete
     step = -1
-    for step, op in enumerate(ops):
-        kind, key, size, stream = op
-        if kind == "malloc":  # the kinds as literals, not the module constants: no global lookup per op
-            try:
-                address = malloc(size, stream)
-            except OutOfMemoryError as error:
-                oom, last_ok = error.with_traceback(None), False  # no traceback: it would pin this frame
-                oom_steps.append(step)
+    try:
+        for step, op in enumerate(ops):
+            kind, key, size, stream = op
+            if kind == "malloc":  # the kinds as literals, not the module constants: no global lookup per op
+                try:
+                    address = malloc(size, stream)
+                except OutOfMemoryError as error:
+                    oom, last_ok = error.with_traceback(None), False  # no traceback: it would pin this frame
+                    oom_steps.append(step)
+                else:
+                    oom, last_ok = None, True
+                    if key is not None:
+                        live[key] = address
+            elif kind == "free":
+                oom = None
+                address = live.pop(key, None)
+                if address is not None:
+                    free(address)
+            elif kind == "empty_cache":
+                oom = None
+                if key is None:
+                    empty_cache()
+                else:
+                    allocator.empty_pool_cache(key)
+            elif kind == "free_requested":
+                oom = None
+                address = live.pop(key, None)
+                if address is not None:
+                    allocator.record_stream(address, REPLAY_WAIT_STREAM)
+                    free(address)
+                    waiting[key] = address
+            elif kind == "free_completed":
+                oom = None
+                address = waiting.pop(key, None)
+                if address is not None and allocator.is_pending_free(address):
+                    allocator.complete_free(address)
+            elif kind == "probe":
+                try:
+                    free(malloc(size, stream))
+                except OutOfMemoryError as error:
+                    oom, last_ok = error.with_traceback(None), False  # no traceback: it would pin this frame
+                    oom_steps.append(step)
+                else:
+                    oom, last_ok = None, True
+            elif kind in KEYED_CALLS:
+                oom = None
+                getattr(allocator, kind)(key)
             else:
-                oom, last_ok = None, True
-                if key is not None:
-                    live[key] = address
-        elif kind == "free":
-            oom = None
-            address = live.pop(key, None)
-            if address is not None:
-                free(address)
-        elif kind == "empty_cache":
-            oom = None
-            if key is None:
-                empty_cache()
-            else:
-                allocator.empty_pool_cache(key)
-        elif kind == "free_requested":
-            oom = None
-            address = live.pop(key, None)
-            if address is not None:
-                allocator.record_stream(address, REPLAY_WAIT_STREAM)
-                free(address)
-                waiting[key] = address
-        elif kind == "free_completed":
-            oom = None
-            address = waiting.pop(key, None)
-            if address is not None and allocator.is_pending_free(address):
-                allocator.complete_free(address)
-        elif kind == "probe":
-            try:
-                free(malloc(size, stream))
-            except OutOfMemoryError as error:
-                oom, last_ok = error.with_traceback(None), False  # no traceback: it would pin this frame
-                oom_steps.append(step)
-            else:
-                oom, last_ok = None, True
-        elif kind in KEYED_CALLS:
-            oom = None
-            getattr(allocator, kind)(key)
-        else:
-            raise InputError(f"ops[{step}]: kind {kind!r} is not an op kind; use one of {', '.join(OP_KINDS)}")
-        if on_step is not None:
-            on_step(step, op, oom)
-    out.steps = step + 1
-    out.ooms = len(oom_steps)
+                raise InputError(f"ops[{step}]: kind {kind!r} is not an op kind; use one of {', '.join(OP_KINDS)}")
+            if on_step is not None:
+                on_step(step, op, oom)
+    except TorchAllocatorError as error:
+        raise _Failed(step, str(error)) from None
     out.last_ok = last_ok
-    return out
+    return step
+

@@ -15,8 +15,12 @@ lists the events in such segments):
   the device's own pool; the stream's allocations after them, until the pair is freed (the last graph
   deleted), went to the capture's pool: the private pool the snapshots name on that stream then, else a
   graph pool of their own (:attr:`PoolAssignment.captures`).
-- Any other takes the pool of the nearest allocations on its stream (before and after its first one) that
-  have one, when they agree, else the device's own (``(0, 0)``).
+- Any other takes the first of these that the allocator's rules allow (:mod:`.pool_evidence`: a segment that had
+  a free block for a request which made a new segment instead, or that a release of cached memory left entirely
+  free beside segments it freed, was not in their pool): the pool of the nearest allocations on its stream
+  (before and after its first one) that have one, when they agree; the device's own (``(0, 0)``); any other pool a
+  snapshot names. Where the rules leave none of them, or keep apart two segments no snapshot names that nothing
+  else separates, some segment lay in a pool no snapshot names: :attr:`PoolAssignment.conflicts` says where.
 
 :attr:`PoolAssignment.inferred` counts the segments named either way; whether the guess holds, only a replay
 can tell (:func:`memviz.snapshots.check_fidelity` says which recordings cannot be replayed, and why).
@@ -33,6 +37,7 @@ from memviz.sim.graphs import GENERATOR_TENSOR_BYTES, registers_generator_at_cap
 from memviz.sim.pools import DEFAULT_POOL, PoolId
 
 from .load import load_snapshot
+from .pool_evidence import Apart, PoolEvidence
 from .settings import RecordedSettings, settings_from_snapshot
 
 if TYPE_CHECKING:
@@ -90,8 +95,10 @@ class PoolAssignment:
             range) that began there; -1: present at the start.
         guessed: the allocation and segment events in segments whose pool no snapshot recorded.
         captures: the captures the generator's registration showed (:class:`Capture`).
-        by_neighbours: how many of the ``inferred`` segments took the pool of the allocations around them (the
-            rest the capture rule named).
+        by_neighbours: how many of the ``inferred`` segments took the pool of the allocations around them or the
+            allocator's rules allowed (the rest the capture rule named).
+        conflicts: where the allocator's rules show that some segment lay in a pool no snapshot names, as
+            ``(event, sentence)``, in trace order (empty: none shown).
     """
 
     alloc_pool: dict[int, PoolId]
@@ -103,6 +110,7 @@ class PoolAssignment:
     guessed: frozenset[int] = frozenset()
     captures: tuple[Capture, ...] = ()
     by_neighbours: int = 0
+    conflicts: tuple[tuple[int, str], ...] = ()
 
     def pool_at(self, index: int, address: int) -> PoolId:
         """The pool of the segment starting at ``address`` right after event ``index`` (-1: before the first)."""
@@ -155,11 +163,13 @@ class _Segments:
         self.parent: list[int] = []
         self.pool: list[PoolId | None] = []
         self.stream: list[int] = []
+        self.born: list[int] = []  # the event that made it (-1: there before recording started)
 
-    def new(self, stream: int) -> int:
+    def new(self, stream: int, born: int) -> int:
         self.parent.append(len(self.parent))
         self.pool.append(None)
         self.stream.append(stream)
+        self.born.append(born)
         return len(self.parent) - 1
 
     def find(self, sid: int) -> int:
@@ -221,7 +231,7 @@ def assign_pools(history: SnapshotHistory) -> PoolAssignment:
     ranges = _Ranges()
     initial_sid: dict[int, int] = {}
     for fs in history._initial[0]:
-        sid = segs.new(fs.stream)
+        sid = segs.new(fs.stream, -1)
         ranges.add(fs.addr, fs.addr + fs.size, sid, fs.stream, fs.expandable)
         for b in fs.blocks:
             initial_sid[b.addr] = sid
@@ -234,17 +244,23 @@ def assign_pools(history: SnapshotHistory) -> PoolAssignment:
             if start is not None:
                 segs.name(ranges.rows[start][1], _pool_id(s))
 
+    def sid_of(addr: int) -> int | None:
+        start = ranges.at(addr)
+        return None if start is None else ranges.rows[start][1]
+
+    evidence = PoolEvidence(history)
     if 0 in hints:
         name_from(hints[0])
     for i, e in enumerate(events):
         ranges.now = i
+        evidence.before(i, e, sid_of)
         action = e.get("action")
         if action == "alloc":
             start = ranges.at(e["addr"])
             if start is not None:
                 alloc_sid[i] = ranges.rows[start][1]
         elif action == "segment_alloc":
-            sid = segment_sid[i] = segs.new(e.get("stream", 0))
+            sid = segment_sid[i] = segs.new(e.get("stream", 0), i)
             ranges.add(e["addr"], e["addr"] + e["size"], sid, e.get("stream", 0), False)
         elif action == "segment_free":
             if e["addr"] in ranges.rows:
@@ -256,12 +272,13 @@ def assign_pools(history: SnapshotHistory) -> PoolAssignment:
             sid = _unmap(ranges, e["addr"], e["addr"] + e["size"])
             if sid is not None:
                 segment_sid[i] = sid
+        evidence.after(i, e, sid_of)
         if i + 1 in hints:
             name_from(hints[i + 1])
     name_from(history.final_segments)
     unnamed = {k for k in range(len(segs.parent)) if segs.find(k) == k and segs.pool[k] is None}
     captures = _captures(segs, events, alloc_sid) if registers_generator_at_capture(history.torch_version) else ()
-    by_neighbours = _infer(segs, events, alloc_sid)
+    by_neighbours, conflicts = _infer(segs, events, alloc_sid, evidence.found)
 
     def pool_of(sid: int) -> PoolId:
         return segs.pool[segs.find(sid)] or DEFAULT_POOL
@@ -277,6 +294,7 @@ def assign_pools(history: SnapshotHistory) -> PoolAssignment:
                           if segs.find(s) in unnamed),
         captures=tuple(captures),
         by_neighbours=by_neighbours,
+        conflicts=tuple(conflicts),
     )
 
 
@@ -296,7 +314,7 @@ def _map(segs: _Segments, ranges: _Ranges, start: int, end: int, stream: int) ->
         ranges.remove(end)
         end = after[0]
     if sid is None:
-        sid = segs.new(stream)
+        sid = segs.new(stream, ranges.now)
     ranges.add(start, end, segs.find(sid), stream, True)
     return sid
 
@@ -374,8 +392,11 @@ def _captures(segs: _Segments, events: Sequence[Mapping[str, Any]], alloc_sid: d
     return captures
 
 
-def _infer(segs: _Segments, events: Sequence[Mapping[str, Any]], alloc_sid: dict[int, int]) -> int:
-    """Give each segment no snapshot named the pool of the nearest named allocations on its stream; count them."""
+def _infer(segs: _Segments, events: Sequence[Mapping[str, Any]], alloc_sid: dict[int, int],
+           apart: Sequence[Apart]) -> tuple[int, list[tuple[int, str]]]:
+    """Give each segment no snapshot named the first pool the allocator's rules (``apart``) allow, of: the pool of
+    the nearest named allocations on its stream, the device's own, any other named pool. Returns how many it named,
+    and the conflicts: where the rules show a pool no snapshot names (see the module docstring)."""
     order = sorted(alloc_sid)
     by_stream: dict[int, list[tuple[int, int]]] = {}  # stream -> (event index, segment root) of its allocs
     first: dict[int, int] = {}  # segment root -> position of its first alloc in its stream's list
@@ -385,19 +406,83 @@ def _infer(segs: _Segments, events: Sequence[Mapping[str, Any]], alloc_sid: dict
         first.setdefault(root, len(lst))
         lst.append((i, root))
     unknown = [k for k in range(len(segs.parent)) if segs.find(k) == k and segs.pool[k] is None]
+    named = sorted({p for p in segs.pool if p is not None and p != DEFAULT_POOL})
     roots_stream = {root: stream for stream, lst in by_stream.items() for _, root in lst}
-    guesses: dict[int, PoolId] = {}
+    candidates: dict[int, list[PoolId]] = {}
     for root in unknown:
-        if root not in first:
-            continue  # never allocated from: the device's own
-        lst = by_stream[roots_stream[root]]
-        k = first[root]
-        before = next((segs.pool[r] for _, r in reversed(lst[:k]) if segs.pool[r] is not None), None)
-        after = next((segs.pool[r] for _, r in lst[k + 1:] if segs.pool[r] is not None), None)
-        if before is not None and (after is None or after == before):
-            guesses[root] = before
-        elif before is None and after is not None:
-            guesses[root] = after
+        guess = None
+        if root in first:  # else never allocated from: the device's own
+            lst = by_stream[roots_stream[root]]
+            k = first[root]
+            before = next((segs.pool[r] for _, r in reversed(lst[:k]) if segs.pool[r] is not None), None)
+            after = next((segs.pool[r] for _, r in lst[k + 1:] if segs.pool[r] is not None), None)
+            if before is not None and (after is None or after == before):
+                guess = before
+            elif before is None and after is not None:
+                guess = after
+        candidates[root] = list(dict.fromkeys(p for p in (guess, DEFAULT_POOL, *named) if p is not None))
+    conflicts = _apply_rules(segs, candidates, apart)
     for root in unknown:
-        segs.pool[root] = guesses.get(root, DEFAULT_POOL)
-    return len(unknown)
+        segs.pool[root] = candidates[root][0] if candidates[root] else DEFAULT_POOL
+    return len(unknown), conflicts
+
+
+def _apply_rules(segs: _Segments, candidates: dict[int, list[PoolId]],
+                 apart: Sequence[Apart]) -> list[tuple[int, str]]:
+    """Drop from each unnamed segment's ``candidates`` (first: its pool) the pools the rules keep it out of, until
+    every finding of ``apart`` holds or shows a pool no snapshot names; those findings, as sentences.
+
+    Runtime complexity: O(f·g) a pass for f findings of g segments each, one pass per pool dropped."""
+    def pool(root: int) -> PoolId | None:
+        if root in candidates:
+            return candidates[root][0] if candidates[root] else None
+        return segs.pool[root]
+
+    groups = [({segs.find(s) for s in finding.first}, {segs.find(s) for s in finding.second}) for finding in apart]
+    shown: dict[int, tuple[int, str]] = {}  # finding -> the conflict it shows
+    changed = True
+    while changed:
+        changed = False
+        for n, (first, second) in enumerate(groups):
+            if n in shown:
+                continue
+            pair = _sharing(first, second, pool)
+            if pair is None:
+                continue
+            moves = [r for r in pair if r in candidates]
+            why = _sentence(segs, apart[n].why)
+            if len(moves) == 1:  # one side named: the other was elsewhere
+                candidates[moves[0]].pop(0)
+                changed = True
+                if not candidates[moves[0]]:
+                    shown[n] = (apart[n].event, why + ", so it lay in another pool, and none a snapshot names (nor "
+                                "the device's own) fits")
+            elif len(moves) == 2:
+                shown[n] = (apart[n].event, why + ", so the two lay in different pools, and no snapshot names the "
+                            "pool of either")
+    return sorted(shown.values())
+
+
+def _sharing(first: set[int], second: set[int], pool: Any) -> tuple[int, int] | None:
+    """A segment of ``first`` and another of ``second`` in one pool (as ``pool`` gives it), or None."""
+    by_pool: dict[PoolId, list[int]] = {}
+    for root in first:
+        p = pool(root)
+        if p is not None and len(by_pool.setdefault(p, [])) < 2:  # two: one of them is not ``root`` below
+            by_pool[p].append(root)
+    for root in second:
+        for a in by_pool.get(pool(root), ()):
+            if a != root:
+                return a, root
+    return None
+
+
+def _sentence(segs: _Segments, why: str) -> str:
+    """A finding's sentence with each ``{sid}`` told by where the segment was made."""
+    out, k = [], 0
+    while (open_ := why.find("{", k)) >= 0:
+        close = why.index("}", open_)
+        born = segs.born[int(why[open_ + 1:close])]
+        out += [why[k:open_], "there before recording started" if born < 0 else f"made at event {born:,}"]
+        k = close + 1
+    return "".join(out) + why[k:]

@@ -11,11 +11,16 @@ them with the recording. Where they differ, every what-if of the recording would
    need for): the run was capped, or its GPU was shared, or the device given to the replay is not the recording's
    (one of 16 TiB has address space for three expandable segments).
 3. **A pool no snapshot names.** torch's trace entries carry no pool; only a snapshot's segments do. A
-   ``MemPool`` or a CUDA graph's pool created and released before the only snapshot leaves segments whose pool
-   the replay had to guess (:attr:`~.history_pools.PoolAssignment.guessed`). When such a segment is where the
-   replay first differs (the recording made a segment although the pool the replay assumed had a fitting free
-   block, or served a request from memory that pool did not hold, or released other segments), the guess was
-   wrong. The remedy: snapshots taken while the pool was alive (``earlier_snapshots``).
+   ``MemPool`` or a CUDA graph's pool that held no segment when the only snapshot was taken (deleted, or emptied,
+   by then) leaves segments whose pool the replay had to guess (:attr:`~.history_pools.PoolAssignment.guessed`).
+   Where the allocator's own rules show that some of them lay in such a pool
+   (:attr:`~.history_pools.PoolAssignment.conflicts`: a new segment although a segment of the same pool had a
+   free block for it, a release that freed one segment and kept another of the same pool entirely free), the
+   recording cannot be replayed exactly, even when the replay under the recorded config happens to match: which
+   of its segments shared that pool decides what other configs do. Else, when such a segment is where the replay
+   first differs (the recording made a segment although the pool the replay assumed had a fitting free block,
+   or served a request from memory that pool did not hold, or released other segments), the guess was wrong.
+   The remedy: snapshots taken while the pool held its segments (``earlier_snapshots``).
 4. Anything else: the first event where the replay differs.
 
 All sizes are bytes.
@@ -35,6 +40,8 @@ __all__ = ["POOL_REMEDY", "Verdict", "verdict"]
 
 POOL_REMEDY = ("pass snapshots taken while the pool was alive (SnapshotHistory(final, earlier_snapshots=[...]), each "
                "a torch.cuda.memory._snapshot() taken after the pool's allocations): their segments name its pool")
+_LOST_POOL = ("a MemPool or a CUDA graph's pool that held no segment when the snapshot was taken (deleted or emptied "
+              "by then), whose allocations the trace does not mark")
 _REQUESTS = ("alloc", "free_completed", "oom")
 
 
@@ -95,8 +102,7 @@ def _pool_evidence(history: SnapshotHistory, result: Any, first: int | None) -> 
         if not released:
             return None
         return (f"after the last request the recording released segments (event {released[0]:,} on) whose pool no "
-                "snapshot names, and the replay released others: a MemPool or a CUDA graph's pool created and "
-                "released before the snapshot, which the trace does not mark")
+                f"snapshot names, and the replay released others: {_LOST_POOL}")
     start = first
     while start > 0 and events[start - 1].get("action") not in _REQUESTS:
         start -= 1
@@ -120,8 +126,7 @@ def _pool_evidence(history: SnapshotHistory, result: Any, first: int | None) -> 
         what = f"from event {first:,} ({_request_text(e)}) the replay's segments differ from the recording's"
     segments = f"{live} segment{'s' if live != 1 else ''}" if live else "segments"
     belong = "belongs" if live == 1 else "belong"
-    return (f"{what}; {segments} of stream 0x{stream:x} there {belong} to a pool no snapshot names: a MemPool or a "
-            "CUDA graph's pool created and released before the snapshot, whose allocations the trace does not mark")
+    return f"{what}; {segments} of stream 0x{stream:x} there {belong} to a pool no snapshot names: {_LOST_POOL}"
 
 
 def _settings_evidence(history: SnapshotHistory, first: int | None) -> str | None:
@@ -170,12 +175,19 @@ def verdict(history: SnapshotHistory, result: Any, *, exact: bool, first_event: 
         exact: whether the fidelity check found every compared event and state equal.
         first_event: the first event that differed (None: only the final state did).
     """
-    if exact:
+    conflicts = history.pools.conflicts
+    if exact and not conflicts:
         return Verdict(True)
     reason = _settings_evidence(history, first_event)
     if reason is not None:
         return Verdict(False, "settings", reason, "pass the snapshots taken before and after each "
                        "_set_allocator_settings call (earlier_snapshots)", first_event)
+    if conflicts:
+        event, finding = conflicts[0]
+        more = f" (and {len(conflicts) - 1} more such finding{'s' if len(conflicts) > 2 else ''})" \
+            if len(conflicts) > 1 else ""
+        return Verdict(False, "pools", f"{finding}{more}: a pool no snapshot names held some of "
+                       f"them, {_LOST_POOL}", POOL_REMEDY, event)
     reason = _oom_evidence(history, result, first_event)
     if reason is not None:
         return Verdict(False, "oom", reason, "give the cap it ran under (cap_bytes, or recorded_cap in "

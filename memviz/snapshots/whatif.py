@@ -137,6 +137,10 @@ class ReplayResult:
             ``device_total_bytes`` was given, else None.
         verdict: whether the recording can be replayed exactly, when a fidelity check of it ran before (under
             its recorded device and no cap), else None (:func:`check_fidelity` tells).
+        failure: where torch's own allocator would fail under this config (a CUDA error, an internal assertion, a
+            pool it deleted with blocks in it: :class:`~memviz.errors.TorchAllocatorError`'s message), the replay
+            stopped there and the numbers are those up to it; None: it ran to the end.
+        failure_event: the trace index of the request that failed so (-1: one before the first event), or None.
     """
 
     name: str
@@ -162,6 +166,8 @@ class ReplayResult:
     allocator: Any = field(repr=False)
     device: DeviceEstimate | None = None
     verdict: Verdict | None = None
+    failure: str | None = None
+    failure_event: int | None = None
 
     def summary(self) -> dict[str, Any]:
         """Return the scalar results as a flat dict (bytes; for tables and widgets)."""
@@ -175,7 +181,8 @@ class ReplayResult:
             "num_device_alloc": self.num_device_alloc, "num_device_free": self.num_device_free,
             "num_alloc_retries": self.num_alloc_retries, "fragmentation": self.fragmentation,
             "fragmentation_at_peak": self.fragmentation_at_peak,
-            "largest_free_block_bytes": self.largest_free_block_bytes,
+            "largest_free_block_bytes": self.largest_free_block_bytes, "failure": self.failure,
+            "failure_event": self.failure_event,
         }
 
     @property
@@ -188,6 +195,8 @@ class ReplayResult:
         """This replay's row of a what-if table, one string per :data:`TABLE_HEADERS` column (MiB, counts,
         percent)."""
         first = f"{self.oom_event_indices[0]:,}" if self.oom_event_indices else "-"
+        if self.failure is not None:  # torch's allocator fails before (or instead of) an OOM
+            first = f"torch error {self.failure_event:,}"
         return [self.label, f"{self.peak_reserved_bytes / MiB:.0f} MiB", f"{self.peak_allocated_bytes / MiB:.0f} MiB",
                 str(self.num_ooms), first, str(self.num_device_alloc), str(self.num_device_free),
                 str(self.num_alloc_retries), f"{100 * self.fragmentation_at_peak:.1f}%"]  # fmt: skip
@@ -328,6 +337,8 @@ def replay(
         allocator=sim,
         device=recorded,
         verdict=_cached_verdict(history),
+        failure=outcome.failure,
+        failure_event=None if outcome.failure_step is None else where[outcome.failure_step],
     )
 
 
@@ -525,10 +536,10 @@ def _caveats(history: SnapshotHistory, *, capped: bool) -> list[str]:
     if unnamed > 0:
         caveats.append(f"{unnamed} segment{'s' if unnamed > 1 else ''} gone before the snapshot "
                        f"{'have' if unnamed > 1 else 'has'} no recorded pool and {'were' if unnamed > 1 else 'was'} "
-                       "replayed in the pool of the allocations around (the device's own if none): a MemPool used "
-                       "and deleted before the snapshot can look the same under this config and not under another "
-                       "(expandable segments give each pool its own); snapshots taken while such a pool was alive "
-                       "(earlier_snapshots) settle it")
+                       "replayed in the pool of the allocations around that the allocator's rules allow (the device's "
+                       "own if none): a MemPool used and deleted before the snapshot can look the same under this "
+                       "config and not under another (expandable segments give each pool its own); snapshots taken "
+                       "while such a pool was alive (earlier_snapshots) settle it")
     retries = 0 if capped else _releases_before_new_segments(history)
     if retries:
         caveats.append(f"{retries} of its releases of cached segments come right before a new segment, as an "
