@@ -43,7 +43,8 @@ def test_unknown_values_read_as_zeros_with_a_note_naming_the_line() -> None:
 
     p = memviz.predict(prog, device="H200")
     notes = _zero_read_notes(p)
-    assert len(notes) == 1 and "1 reads" in notes[0] and "test_predict_values.py:" in notes[0]
+    assert len(notes) == 1 and "the first _local_scalar_dense.default at" in notes[0]
+    assert "test_predict_values.py:" in notes[0]
 
 
 def test_a_mask_selects_what_its_values_select() -> None:
@@ -92,6 +93,30 @@ def test_greedy_generation_of_unknown_tokens_runs_to_the_end() -> None:
 
     memviz.predict(prog, device="H200")
     assert steps == [4, 5, 6, 7, 8, 9]
+
+
+def test_a_known_stop_still_stops_when_it_meets_unknown_values() -> None:
+    """generate()'s stopping criteria: ``done = max_length_reached | eos_seen``, the first known, the second on
+    tokens the prediction does not compute. The unknown tokens are taken as zeros where they meet the known flag,
+    so the length limit stops the loop (it ran forever when the whole ``|`` was unknown)."""
+    steps = []
+
+    def prog() -> None:
+        head = torch.nn.Linear(32, 50).cuda()
+        tokens = torch.ones(2, 3, dtype=torch.long, device="cuda")
+        unfinished = torch.ones(2, dtype=torch.long, device="cuda")
+        while True:
+            next_tokens = head(torch.randn(2, 32, device="cuda")).argmax(-1)
+            tokens = torch.cat([tokens, next_tokens[:, None]], dim=-1)
+            at_limit = torch.full((2,), tokens.shape[1] >= 8, dtype=torch.bool, device="cuda")
+            done = at_limit | torch.isin(tokens[:, -1], torch.tensor([2], device="cuda"))
+            unfinished = unfinished & ~done
+            steps.append(tokens.shape[1])
+            if unfinished.max() == 0:
+                break
+
+    p = memviz.predict(prog, device="H200")
+    assert steps == [4, 5, 6, 7, 8] and len(_zero_read_notes(p)) == 1
 
 
 def test_an_assertion_on_unknown_values_holds() -> None:

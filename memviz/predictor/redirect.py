@@ -57,6 +57,8 @@ class Redirect(TorchFunctionMode):
         if device is None and s.default_cuda and func in _FACTORIES:
             device = "cuda"
         if device is not None and is_cuda(device):
+            if func in _FROM_DATA:  # torch.tensor(data, device="cuda"): the data, copied to the device
+                return _from_data(s, func, args, kwargs)
             kwargs["device"] = "meta"
             with s.on_device():
                 return func(*args, **kwargs)
@@ -256,6 +258,21 @@ def _host_values(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
 
 _FACTORIES = frozenset(_device_constructors())
 """The functions ``torch.set_default_device`` applies to (``torch.utils._device``)."""
+
+_FROM_DATA = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
+"""Factories of a tensor from host data: on meta they would keep no values."""
+
+
+def _from_data(s: Session, func: Any, args: tuple, kwargs: dict) -> torch.Tensor:
+    """The host tensor ``func`` makes, copied to the device as ``.to("cuda")`` would (its values known)."""
+    requires_grad = kwargs.pop("requires_grad", False)
+    kwargs["device"] = "cpu"
+    kwargs.pop("pin_memory", None)
+    with s.on_host():
+        host = func(*args, **kwargs)
+    out = _to_device(s, host, torch.Tensor.to, "meta")
+    return out.requires_grad_() if requires_grad else out
+
 
 _SPECIAL: dict[Any, Callable[[Session, Any, tuple, dict], Any]] = {
     torch.Tensor.cuda: _tensor_cuda,

@@ -18,7 +18,11 @@ The rule (one policy, no per-library table):
 - **Unknown values read as zeros.** A read the program makes of values the prediction did not compute
   (``loss.item()``, ``bool(t)``, ``t.tolist()``, ``nonzero`` / ``x[mask]`` / ``unique`` on them) gets zeros:
   the read tensor's storage is given a zero shadow (up to :data:`READ_BYTES`; a larger read raises
-  :class:`memviz.errors.DataDependentError`), and the prediction's notes say where it first happened. So a
+  :class:`memviz.errors.DataDependentError`), and the prediction's notes say where it first happened. Where
+  unknown values meet known ones in an op (a generated token combined with the sequences still running), the
+  unknown ones are taken as zeros there too if they are integer or boolean (token ids, flags: the data programs
+  branch on, not the numbers a model computes) and their storages at most :data:`SHADOW_BYTES`, so what is known
+  stays known: ``generate()``'s length limit stops it even though its end-of-sequence check reads unknown tokens. So a
   logged loss is 0.0, ``GradScaler`` sees no overflow (a healthy step), greedy ``generate()`` runs to
   ``max_new_tokens`` unless 0 is an end token, a mask of unknown values selects nothing.
 - **An assertion holds.** ``torch._is_all_true`` of unknown values (what torch's own checks use:
@@ -142,13 +146,20 @@ class Values:
             return self._unknown(written)
         tensors = _tensors(args, kwargs)
         read_bytes = 0
+        known_meta = False
+        zeros: list[torch.Tensor] = []  # unknown inputs taken as zeros where they meet known ones
         for t in tensors:
-            if not self._known(t):
-                if kind[1] == "overwrite" and any(w is t for w in written):
-                    continue  # fill_ / zero_ / copy_ into it: its old values do not matter
-                return self._unknown(written)
+            if self._known(t):
+                known_meta = known_meta or t.is_meta
+            elif not t.is_meta:
+                return self._unknown(written)  # a host tensor of unknown values (a skipped initialisation)
+            elif t.is_floating_point() or t.is_complex() or t.requires_grad:
+                return self._unknown(written)  # numbers a model computes (weights, activations, gradients, state)
+            elif not (kind[1] == "overwrite" and any(w is t for w in written)):  # fill_ / copy_ read nothing
+                zeros.append(t)
             read_bytes += t.numel() * t.element_size()
-        if read_bytes > COMPUTE_BYTES:
+        if (zeros and not known_meta) or read_bytes > COMPUTE_BYTES \
+                or any(t.untyped_storage().nbytes() > SHADOW_BYTES for t in zeros):
             return self._unknown(written)
         inputs_storages = {id(t.untyped_storage()) for t in tensors if t.is_meta}
         outputs = out if isinstance(out, (tuple, list)) else (out,)
@@ -156,6 +167,8 @@ class Values:
                  and id(o.untyped_storage()) not in inputs_storages]
         if any(o.untyped_storage().nbytes() > SHADOW_BYTES for o in fresh):
             return self._unknown(written)
+        if zeros:
+            self._took_zeros(func.__name__)
         shadows: dict[int, torch.Tensor] = {}
         for t in tensors:
             if t.is_meta:
@@ -178,6 +191,11 @@ class Values:
             if w.is_meta:
                 self.drop(w)
 
+    def _took_zeros(self, what: str) -> None:
+        self.zero_reads += 1
+        if not self._first_zero_read:
+            self._first_zero_read = f"{what} at {self._user_line() or 'torch'}"
+
     # ---- reads
 
     def read(self, t: torch.Tensor, what: str) -> torch.Tensor:
@@ -187,9 +205,7 @@ class Values:
             return shadow
         if t.untyped_storage().nbytes() > READ_BYTES:
             raise DataDependentError(what, self._user_line())
-        self.zero_reads += 1
-        if not self._first_zero_read:
-            self._first_zero_read = f"{what} at {self._user_line() or 'torch'}"
+        self._took_zeros(what)
         shadow = self._new_shadow(t) if t.untyped_storage().nbytes() <= SHADOW_BYTES else None
         return shadow if shadow is not None else torch.zeros(t.shape, dtype=t.dtype)
 
@@ -201,7 +217,8 @@ class Values:
         if not self.zero_reads:
             return []
         return [f"values the prediction does not compute were read as zeros ({self.zero_reads} reads, the first "
-                f"{self._first_zero_read}): a logged loss shows 0, a mask of unknown values selects nothing"]
+                f"{self._first_zero_read}): a logged loss shows 0, a mask of unknown values selects nothing, "
+                "generation runs to its length limit"]
 
 
 def _host_one(a: Any, shadows: dict[int, torch.Tensor]) -> Any:
