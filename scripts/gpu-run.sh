@@ -16,6 +16,7 @@
 #                                     # process per rank), then scripts/record_snapshots.py and evaluation/programs/zoo.py
 #   bash scripts/gpu-run.sh watch     # scripts/gpu_watch_check.py: a training loop watched live (peaks, OOM, overhead)
 #   bash scripts/gpu-run.sh check lessons record
+#   bash scripts/gpu-run.sh watch 'field&' cuda predict nbval wait   # NAME& runs in the background until "wait"
 #
 # RECORD_RUNS_ARGS / RECORD_STREAMS_ARGS / RECORD_LESSONS_ARGS add to the recorders' arguments, NBVAL_PATHS (default
 # notebooks/) names what nbval runs; BUDGET_S (default 570) is the whole run's wall-clock budget: each phase gets
@@ -58,11 +59,11 @@ phase() {  # phase NAME COMMAND...: run with the time left, log to logs/NAME.log
 
 pytest_gpu=(python3 -m pytest -p no:cacheprovider -o addopts="" -v -rs)
 phases=("$@"); phases=("${phases[@]/#check/cuda predict probe nbval}")
-for what in ${phases[*]}; do
+run_phase() {
+  local what=$1
   case $what in
     cuda) phase cuda-tests "${pytest_gpu[@]}" -m cuda -s tests/ ;;
-    predict) phase predict-tests "${pytest_gpu[@]}" -x tests/test_predict.py tests/test_predict_cli.py \
-        tests/test_predict_workspaces.py tests/test_fit_panel.py ;;
+    predict) phase predict-tests "${pytest_gpu[@]}" tests/test_predict*.py tests/test_fit_panel.py ;;
     probe) phase probe python3 scripts/gpu_probe.py ;;
     nbval) phase nbval "${pytest_gpu[@]}" --nbval --nbval-current-env --nbval-cell-timeout=180 ${NBVAL_PATHS:-notebooks/} ;;
     lessons)  # lessons 01-09 executed here (each cell's GPU output kept) and lesson 9's what-ifs on the real allocator
@@ -92,21 +93,36 @@ for name in sys.argv[2:]:
     record-runs) mkdir -p "$out/runs"; phase record-runs python3 evaluation/record_runs.py --out "$out/runs" ${RECORD_RUNS_ARGS:-} ;;
     ranks) phase ranks python3 scripts/gpu_ranks_check.py --out "$out/ranks" ;;
     watch) phase watch python3 scripts/gpu_watch_check.py --out "$out/watch" ;;
-    field)  # three recorders side by side, each set's deadline within the budget; every run is its own process
+    field)  # three recorders side by side, each set's deadline within the budget; every run is its own process.
+      # HF_ONLY / HFHO_ONLY: files of run and chain ids to record (default: the whole plan); FIELD_DIST=0 skips the
+      # distributed sets; RECORD_SINGLE_ARGS replaces the single-snapshot recorder's arguments (FIELD_ZOO=0: no zoo)
       t=$(left); each=$(( t / 2 - 10 ))
+      only() { [ -n "${1:-}" ] && echo "--only $(cat "$1")"; }
       ( phase record-hf python3 evaluation/record_programs.py --module evaluation.programs.hf --out "$out/hf" \
-          --jobs ${FIELD_JOBS:-6} --deadline-s $each
+          --jobs ${FIELD_JOBS:-6} --deadline-s $each $(only "${HF_ONLY:-}")
         phase record-hf-heldout python3 evaluation/record_programs.py --module evaluation.programs.hf_heldout \
-          --out "$out/hf_heldout" --jobs ${FIELD_JOBS:-6} --deadline-s $(( $(left) - 15 )) ) &
-      ( phase record-dist python3 evaluation/record_dist.py --module evaluation.programs.dist --out "$out/dist" \
-          --jobs ${FIELD_JOBS:-6} --deadline-s $each
-        phase record-dist-heldout python3 evaluation/record_dist.py --module evaluation.programs.dist_heldout \
-          --out "$out/dist_heldout" --jobs ${FIELD_JOBS:-6} --deadline-s $(( $(left) - 15 )) ) &
-      ( phase record-single python3 scripts/record_snapshots.py --out "$out/single" --jobs 3 --deadline-s $each
-        phase record-zoo python3 evaluation/record_programs.py --module evaluation.programs.zoo --out "$out/zoo" \
-          --jobs 2 --deadline-s 120 ) &
+          --out "$out/hf_heldout" --jobs ${FIELD_JOBS:-6} --deadline-s $(( $(left) - 15 )) $(only "${HFHO_ONLY:-}") ) &
+      if [ "${FIELD_DIST:-1}" = 1 ]; then
+        ( phase record-dist python3 evaluation/record_dist.py --module evaluation.programs.dist --out "$out/dist" \
+            --jobs ${FIELD_JOBS:-6} --deadline-s $each
+          phase record-dist-heldout python3 evaluation/record_dist.py --module evaluation.programs.dist_heldout \
+            --out "$out/dist_heldout" --jobs ${FIELD_JOBS:-6} --deadline-s $(( $(left) - 15 )) ) &
+      fi
+      ( phase record-single python3 scripts/record_snapshots.py ${RECORD_SINGLE_ARGS:---out "$out/single" --jobs 3 --deadline-s $each}
+        [ "${FIELD_ZOO:-1}" = 1 ] && phase record-zoo python3 evaluation/record_programs.py \
+          --module evaluation.programs.zoo --out "$out/zoo" --jobs 2 --deadline-s 120 ) &
       wait
       ;;
+    hidden)  # the predictor on this machine's CUDA build with the GPU hidden: the same predictions as the CPU build's
+      phase hidden env CUDA_VISIBLE_DEVICES= python3 scripts/predict_digest.py --out "$out/logs/digest-hidden.json" ;;
     *) echo "unknown phase $what" >> "$out/logs/status.txt" ;;
   esac
+}
+for what in ${phases[*]}; do  # "NAME&" runs a phase in the background, "wait" waits for those
+  case $what in
+    *"&") run_phase "${what%&}" & ;;
+    wait) wait ;;
+    *) run_phase "$what" ;;
+  esac
 done
+wait
