@@ -30,6 +30,9 @@ def predict_run(module: Any, entry: dict[str, Any]) -> str:
     """One plan entry's blind line."""
     from memviz.predictor import predict
 
+    from .recorded import fresh_process_state
+
+    fresh_process_state()
     start = time.perf_counter()
     try:
         p = predict(module.PROGRAMS[entry["program"]], device="H200", cap=_cap(entry),

@@ -32,6 +32,31 @@ CLIFF = 0.015
 its real peak reserved is within this fraction of the cap."""
 
 
+SETS = ("hf", "hf_heldout", "zoo")
+"""Recorded sets of :mod:`evaluation.record_programs` (``recordings/<set>/runs/<id>.json.gz``, ``chains.json``);
+the first recordings (``recordings/h200/``) are the set ``"h200"``."""
+
+
+def program_of(entry: dict[str, Any]) -> Any:
+    """The program a recorded run or search ran: by its ``module`` where it names one, else from :data:`PROGRAMS`."""
+    import importlib
+
+    if entry.get("module"):
+        return importlib.import_module(entry["module"]).PROGRAMS[entry["program"]]
+    return PROGRAMS[entry["program"]]
+
+
+def load_set(name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The runs (sorted by id) and the largest-batch searches of a recorded set (:data:`SETS`)."""
+    folder = DATA_DIR / name
+    runs = [json.loads(gzip.decompress(path.read_bytes())) for path in sorted((folder / "runs").glob("*.json.gz"))]
+    chains_file = folder / "chains.json"
+    chains = json.loads(chains_file.read_text()) if chains_file.exists() else []
+    for c in chains:
+        c.setdefault("max_batch", c.get("max_batch"))
+    return runs, chains
+
+
 def load_run(run_id: str, data_dir: Path = DATA_DIR) -> dict[str, Any]:
     """One recorded run by id (``h200/<run_id>.json.gz``)."""
     with gzip.open(data_dir / "h200" / f"{run_id}.json.gz", "rt") as f:
@@ -83,12 +108,23 @@ class RunRow:
         return abs(self.real_reserved_bytes - self.cap_bytes) <= CLIFF * self.cap_bytes
 
 
+def fresh_process_state() -> None:
+    """What a fresh process would not have: every recording ran alone in its process, and accelerate keeps its
+    ``AcceleratorState`` (mixed precision included) for the process, refusing another."""
+    import sys
+
+    state = sys.modules.get("accelerate.state")
+    if state is not None:
+        state.AcceleratorState._reset_state(reset_partial_state=True)
+
+
 def compare_run(run: dict[str, Any], device: str = "H200") -> RunRow:
-    """Predict one recorded run as it was run (program, keyword arguments, config, cap)."""
+    """Predict one recorded run as it was run (program, keyword arguments, config, cap), as in a fresh process."""
+    fresh_process_state()
     from memviz.predictor import predict
 
     start = time.perf_counter()
-    p = predict(PROGRAMS[run["program"]], device=device, cap=run["cap_bytes"], alloc_conf=run["alloc_conf"],
+    p = predict(program_of(run), device=device, cap=run["cap_bytes"], alloc_conf=run["alloc_conf"] or None,
                 **run["kwargs"])
     peaks = run["peaks"]
     return RunRow(run["id"], run["cap_bytes"], run["alloc_conf"], run["fits"], p.fits, peaks["allocated_bytes"],
@@ -114,7 +150,7 @@ def compare_max_batch(search: dict[str, Any], device: str = "H200") -> MaxBatchR
     """Predict one recorded search's largest batch (bisection with :func:`memviz.max_batch`)."""
     from memviz.predictor import max_batch
 
-    program, kwargs = PROGRAMS[search["program"]], search["kwargs"]
+    program, kwargs = program_of(search), search["kwargs"]
     start = time.perf_counter()
     best = max_batch(lambda b: program(batch=b, **kwargs), device=device, cap=search["cap_bytes"],
                      alloc_conf=search["alloc_conf"], lo=max(1, search["max_batch"] // 4))

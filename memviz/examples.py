@@ -21,6 +21,8 @@ from torch.utils.checkpoint import checkpoint as _checkpoint
 
 __all__ = [
     "PROGRAMS",
+    "causal_lm_finetune",
+    "causal_lm_generate",
     "convnet_sgd_training",
     "gpt_inference",
     "gpt_training",
@@ -260,5 +262,68 @@ def gpt_inference(*, batch: int = 16, seq: int = 1024, d_model: int = 768, n_lay
 
 
 #: name → program, for the recorder, the benchmarks and the tests.
+# ---- language models (transformers, peft): lesson 13 -------------------------------------------------------
+
+
+def _llama_config(layers: int, vocab: int) -> object:
+    """A LLaMA-style config of about 150M parameters a layer's worth of width (hidden 768, 12 heads, 4 of them
+    key/value heads, SwiGLU 2048), random weights: nothing is downloaded."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(hidden_size=768, intermediate_size=2048, num_hidden_layers=layers, num_attention_heads=12,
+                       num_key_value_heads=4, vocab_size=vocab, max_position_embeddings=4096)
+
+
+def causal_lm_finetune(*, batch: int = 8, seq: int = 512, layers: int = 12, vocab: int = 32000, lora: bool = False,
+                       checkpointing: bool = False, steps: int = 2) -> None:
+    """Fine-tune a LLaMA-style causal LM (``_llama_config``) with AdamW under bf16 autocast, on random token ids
+    with an attention mask, logging the loss: in full (every weight trained, fp32 master weights) or with LoRA
+    (``peft``, rank 16 on the attention projections, over a frozen bf16 base), with or without gradient
+    checkpointing."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    config = _llama_config(layers, vocab)
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).cuda()
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+            model.enable_input_require_grads()
+        model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=["q_proj", "k_proj",
+                                                                                     "v_proj", "o_proj"]))
+    else:
+        model = AutoModelForCausalLM.from_config(config).cuda()
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    model.train()
+    for step in range(steps):
+        ids = torch.randint(0, vocab, (batch, seq), device="cuda")
+        mask = torch.ones_like(ids)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, attention_mask=mask, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        print(f"step {step}: loss {loss.item():.3f}")
+
+
+def causal_lm_generate(*, batch: int = 8, prompt: int = 256, new_tokens: int = 256, layers: int = 12,
+                       vocab: int = 32000, cache: str = "dynamic") -> None:
+    """Greedy ``generate()`` from the same LLaMA-style model in bf16: ``cache`` "dynamic" (grown token by token)
+    or "static" (allocated for prompt + new tokens at the start)."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(_llama_config(layers, vocab), dtype=torch.bfloat16).cuda().eval()
+    ids = torch.randint(1, vocab, (batch, prompt), device="cuda")
+    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                         min_new_tokens=new_tokens, do_sample=False, cache_implementation=cache, pad_token_id=0,
+                         disable_compile=True)
+    print(f"{out.shape[1] - prompt} tokens for each of {out.shape[0]} prompts")
+
+
 PROGRAMS = {fn.__name__: fn for fn in (mlp_training, resnet_training, convnet_sgd_training, gpt_training,
-                                       resnet_inference, gpt_inference)}
+                                       resnet_inference, gpt_inference, causal_lm_finetune, causal_lm_generate)}
