@@ -29,12 +29,23 @@ def _round(x: int, m: int) -> int:
 
 
 def _flash_backward(memory: DeviceMemory, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
-    q = args[1]  # (grad_out, query, key, value, out, logsumexp, ...): query is (B, H, L, D)
+    """``mha_bwd`` (flash_api.cpp) after its gradients: ``softmax_d``, ``dq_accum`` and, for grouped-query attention
+    (fewer key/value heads), ``dk_expanded`` / ``dv_expanded`` at the query's heads, summed into dK and dV. On the
+    H200 torch 2.11 runs cuDNN attention here, whose one backward workspace is these bytes together (a LLaMA-style
+    1B with 32 query and 8 key/value heads, batch 8 × 512 tokens: 67,633,408 B = 524,288 + 33,554,432 + 2 ×
+    16,777,216 + 256)."""
+    q, k = args[1], args[2]  # (grad_out, query, key, value, out, logsumexp, ...): (B, H, L, D)
     b, h, length, d = q.shape
     lq = _round(length, 128)
     name = func.__name__
     softmax_d = memory.malloc(b * h * lq * 4, name, "workspaces")
-    memory.free(memory.malloc(b * lq * h * _round(d, 32) * 4, name, "workspaces"), name)
+    dq_accum = memory.malloc(b * lq * h * _round(d, 32) * 4, name, "workspaces")
+    if k.size(1) != h:
+        expanded_bytes = b * k.size(2) * h * d * q.element_size()
+        dk_expanded = memory.malloc(expanded_bytes, name, "workspaces")
+        memory.free(memory.malloc(expanded_bytes, name, "workspaces"), name)
+        memory.free(dk_expanded, name)
+    memory.free(dq_accum, name)
     memory.free(softmax_d, name)
 
 
@@ -71,17 +82,21 @@ def choose_sdpa_backend(arch: GpuArch, q: torch.Tensor, k: torch.Tensor, v: torc
     in torch's default priority order (flash, memory-efficient, math), honouring
     ``torch.backends.cuda.enable_*_sdp``. Constraints (``sdp_utils.cpp``): flash needs sm80+, fp16/bf16,
     no attention mask, head dim ≤ 256, 4-D inputs; memory-efficient needs sm50+, fp32/fp16 (bf16 on sm80+),
-    head dim a multiple of 8 for fp16/bf16 (4 for fp32)."""
+    head dim a multiple of 8 for fp16/bf16 (4 for fp32); both take grouped-query attention (``enable_gqa``: fewer
+    key/value heads, dividing the query's: ``check_batch_size_and_num_heads_dense<supports_gqa=true>``), else
+    every input has the same number of heads."""
     b = torch.backends.cuda
     head = q.size(-1)
-    same_heads = q.size(-1) == k.size(-1) == v.size(-1)
+    same_dims = q.size(-1) == k.size(-1) == v.size(-1)
     four_d = q.dim() == k.dim() == v.dim() == 4
+    heads_ok = four_d and (q.size(-3) == k.size(-3) == v.size(-3) or (
+        enable_gqa and k.size(-3) == v.size(-3) and q.size(-3) % k.size(-3) == 0))
     if (b.flash_sdp_enabled() and arch.supports_flash_attention and q.dtype in (torch.float16, torch.bfloat16)
-            and mask is None and head <= 256 and four_d and same_heads and not enable_gqa):
+            and mask is None and head <= 256 and same_dims and heads_ok):
         return "flash"
     align = 4 if q.dtype is torch.float32 else 8
     dtype_ok = q.dtype in (torch.float32, torch.float16) or (q.dtype is torch.bfloat16 and arch.supports_bf16)
-    if b.mem_efficient_sdp_enabled() and dtype_ok and head % align == 0 and four_d and not enable_gqa:
+    if b.mem_efficient_sdp_enabled() and dtype_ok and head % align == 0 and heads_ok:
         return "efficient"
     return "math"
 
@@ -93,7 +108,10 @@ RULES = (
          or ""),
     Rule("flash attention backward workspaces", "attention", "allocates",
          (aten._scaled_dot_product_flash_attention_backward.default,), _flash_backward, "source",
-         "aten/src/ATen/native/transformers/cuda/flash_attn/flash_api.cpp (mha_bwd)"),
+         "aten/src/ATen/native/transformers/cuda/flash_attn/flash_api.cpp (mha_bwd)",
+         (Measurement("sm90", "H200", "torch 2.11.0+cu130, cuDNN 9.19", "evaluation/recordings/hf/runs/"
+                      "hf-lora-llama1b-bf16-b8-s512 (grouped-query attention: cuDNN's one backward workspace)"),),
+         doc=_flash_backward.__doc__ or ""),
     Rule("memory-efficient attention backward workspaces", "attention", "allocates",
          (aten._scaled_dot_product_efficient_attention_backward.default,), _efficient_backward, "source",
          "aten/src/ATen/native/transformers/cuda/attention_backward.cu (_efficient_attention_backward)",
