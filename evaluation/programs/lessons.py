@@ -11,7 +11,7 @@ __all__ = ["CHAINS", "PROGRAMS", "RUNS"]
 
 PROGRAMS = {fn.__name__: fn for fn in (causal_lm_finetune, causal_lm_generate)}
 
-_FT = {"batch": 8, "seq": 512, "layers": 6}
+_FT = {"batch": 8, "seq": 512, "layers": 4}
 RUNS: list[dict] = [
     {"id": "l13-full", "program": "causal_lm_finetune", "kwargs": _FT, "alloc_conf": "", "cap_gib": None},
     {"id": "l13-full-ckpt", "program": "causal_lm_finetune", "kwargs": {**_FT, "checkpointing": True},
@@ -23,10 +23,10 @@ RUNS: list[dict] = [
     {"id": "l13-full-b2-s2048", "program": "causal_lm_finetune", "kwargs": {**_FT, "batch": 2, "seq": 2048},
      "alloc_conf": "", "cap_gib": None},
     {"id": "l13-generate-dynamic", "program": "causal_lm_generate",
-     "kwargs": {"batch": 8, "prompt": 256, "new_tokens": 64, "layers": 6, "cache": "dynamic"}, "alloc_conf": "",
+     "kwargs": {"batch": 8, "prompt": 128, "new_tokens": 16, "layers": 4, "cache": "dynamic"}, "alloc_conf": "",
      "cap_gib": None},
     {"id": "l13-generate-static", "program": "causal_lm_generate",
-     "kwargs": {"batch": 8, "prompt": 256, "new_tokens": 64, "layers": 6, "cache": "static"}, "alloc_conf": "",
+     "kwargs": {"batch": 8, "prompt": 128, "new_tokens": 16, "layers": 4, "cache": "static"}, "alloc_conf": "",
      "cap_gib": None},
 ]
 CHAINS: list[dict] = []
