@@ -113,6 +113,9 @@ for name in sys.argv[2:]:
           --module evaluation.programs.zoo --out "$out/zoo" --jobs 2 --deadline-s 120 ) &
       wait
       ;;
+    plan)  # one program set's recording plan (PLAN_MODULE, default lesson 13's programs), a fresh process per run
+      phase record-plan python3 evaluation/record_programs.py --module ${PLAN_MODULE:-evaluation.programs.lessons} \
+        --out "$out/plan" --jobs 4 --deadline-s $(( $(left) - 15 )) ;;
     hidden)  # the predictor on this machine's CUDA build with the GPU hidden: the same predictions as the CPU build's
       phase hidden env CUDA_VISIBLE_DEVICES= python3 scripts/predict_digest.py --out "$out/logs/digest-hidden.json" ;;
     *) echo "unknown phase $what" >> "$out/logs/status.txt" ;;
