@@ -307,3 +307,28 @@ def test_lesson_10s_recorded_figures_are_copies_of_the_recordings():
     events = json.loads(gzip.decompress((data / "h200" / "resnet18-b64.json.gz").read_bytes()))["events"]
     largest = sorted({e[2] for e in events if e[0] == "alloc"}, reverse=True)[:3]
     assert shipped["workspaces"]["resnet18_b64_largest_requests_bytes"] == largest
+
+
+def test_lesson_12s_recorded_figures_are_copies_of_the_recordings():
+    import gzip
+    import json
+    from importlib.resources import files
+    from pathlib import Path
+
+    from evaluation import lesson_data
+
+    shipped_text = files("memviz.data").joinpath("h200_dist.json").read_text()
+    assert shipped_text == lesson_data.dumps(lesson_data.build())  # python -m evaluation.lesson_data writes it
+    shipped = json.loads(shipped_text)
+    runs = Path(__file__).parents[1] / "evaluation" / "recordings" / "dist" / "runs"
+    recorded = json.loads(gzip.decompress((runs / "dist-mlp-ddp-ws4-r3.json.gz").read_bytes()))
+    rank = shipped["runs"]["dist-mlp-ddp-ws4"]["ranks"]["3"]
+    assert (rank["peak_allocated_bytes"], rank["peak_reserved_bytes"]) == (
+        recorded["stats"]["allocated_bytes.all.peak"], recorded["stats"]["reserved_bytes.all.peak"])
+    last = recorded["steps"][-1]
+    assert ", ".join(map(str, rank["ddp_rebuilt_bucket_sizes"])) == last["ddp"][0]["rebuilt_bucket_sizes"]
+    assert rank["steps"][-1][1] == last["stats"]["reserved_bytes.all.peak"]
+    assert rank["process_gpu_bytes"] == recorded["process_gpu"]["used_bytes"]
+    every_rank = list(runs.parent.parent.glob("dist*/runs/*.json.gz"))
+    assert sum(len(run["ranks"]) for run in shipped["runs"].values()) == len(every_rank) == 94
+    assert len(shipped_text.encode()) < 64 << 10  # a lesson's figures, not the recordings
