@@ -324,6 +324,9 @@ def sharded(batch: int = 64, width: int = 1001, token: int = 1 << 22) -> None:
     dist.destroy_process_group()
 
 
+PAD = ' style="padding:0 8px;text-align:left"'  # the per-rank table's cells
+
+
 def test_a_job_of_four_ranks_predicts_each_rank_and_groups_those_that_agree():
     panel = FitPanel(sharded, device="H200", world_size=4)
     want = predict(sharded, device="H200", world_size=4, rank="all")
@@ -333,9 +336,10 @@ def test_a_job_of_four_ranks_predicts_each_rank_and_groups_those_that_agree():
     table = panel.ranks_html.value
     for group in want.groups():
         p = want[group[0]]
-        cells = "</td><td>".join(("yes", exact_bytes(p.peak_allocated_bytes), exact_bytes(p.peak_reserved_bytes)))
+        cells = (f"<td{PAD}>yes</td><td{PAD}>{exact_bytes(p.peak_allocated_bytes)}</td>"
+                 f"<td{PAD}>{exact_bytes(p.peak_reserved_bytes)}</td>")
         assert cells in table
-    assert "<td>1–2</td>" in table and "4 ranks, 3 different results" in table
+    assert f"<td{PAD}>1–2</td>" in table and "4 ranks, 3 different results" in table
     assert "every rank fits</b> (4 ranks)" in panel.banner.value
     assert f"rank {want.worst_rank}'s, {memviz.format_bytes(want.peak_reserved_bytes)}" in panel.banner.value
     outside = want[0].outside  # an estimate, apart from the peaks: the context and NCCL's buffers
@@ -352,7 +356,7 @@ def test_a_job_of_four_ranks_predicts_each_rank_and_groups_those_that_agree():
     assert panel.prediction is panel.ranks[3] and len(panel.refresh_seconds) == refreshes
     assert_shows(panel, want[3])
     assert panel.gauges.title.startswith("rank 3 of 4 · ") and "rank 3 of 4 · segment map" in panel.map_note.value
-    assert '<tr style="font-weight:600"><td>3</td>' in panel.ranks_html.value
+    assert f'<tr style="font-weight:600"><td{PAD}>3</td>' in panel.ranks_html.value
 
     panel.job.world_size.value = 2  # fewer ranks: the picker follows, the shown rank goes back to 0
     assert list(panel.job.rank.options) == [0, 1] and panel.prediction is panel.ranks[0]

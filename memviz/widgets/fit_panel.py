@@ -216,14 +216,15 @@ class FitPanel:
         return (f"predicted {result.world_size} ranks in {seconds:.2f} s: the highest peak reserved "
                 f"{format_bytes(result.peak_reserved_bytes)} (rank {result.worst_rank})")  # fmt: skip
 
-    def _predict_ranks(self, target: dict[str, Any], kwargs: dict[str, Any], **over: Any) -> Any:
-        """Every rank of the job, one :func:`memviz.predict` each (the status says which); None if one raised."""
+    def _predict_ranks(self, target: dict[str, Any], kwargs: dict[str, Any], what: str = "", **over: Any) -> Any:
+        """Every rank of the job, one :func:`memviz.predict` each (the status says which, after ``what``); None if
+        one raised."""
         from memviz.predictor import RankPredictions
 
         n = target["world_size"]
         by_rank = {}
         for r in range(n):
-            p = self._predict(target, kwargs, f"rank {r} of {n}", rank=r, **over)
+            p = self._predict(target, kwargs, f"{what}rank {r} of {n}", rank=r, **over)
             if p is None:
                 return None
             by_rank[r] = p
@@ -276,10 +277,11 @@ class FitPanel:
         self.fix_html.value = self.configs_html.value = self.batches_html.value = self.real_html.value = ""
 
     def show_rank(self, rank: int) -> None:
-        """Draw rank ``rank``'s gauges, timeline and segment map (of the job predicted last; no prediction).
+        """Draw rank ``rank``'s gauges, timeline and segment map (of the job predicted last; no prediction). While
+        the world size changes (the job shown has another), nothing: the refresh that follows draws the picked rank.
 
         Raises:
-            ValueError: no job of several ranks is shown, or it has no rank ``rank``.
+            ValueError: the job shown has no rank ``rank``.
         """
         if self.ranks is None or self.ranks.world_size != self.job.world_size.value:
             return  # the world size is changing: the refresh that follows draws the picked rank
@@ -335,7 +337,7 @@ class FitPanel:
         for i, conf in enumerate(self.configs):
             what = f"config {i + 1} of {len(self.configs)}"
             if "world_size" in target:
-                p = self._predict_ranks(target, kwargs, alloc_conf=conf)
+                p = self._predict_ranks(target, kwargs, f"{what}, ", alloc_conf=conf)
             else:
                 p = self._predict(target, kwargs, what, alloc_conf=conf)
             if p is None:
@@ -354,7 +356,6 @@ class FitPanel:
         if self.batch_arg is None:
             raise ValueError("this panel has no batch argument (pass fit_panel(fn, batch_arg='...'))")
         target, kwargs = self.settings()
-        job = {} if "world_size" not in target else {"world_size": target["world_size"], "rank": "all"}
         rows = []
         bar = self.progress
         bar.layout.visibility = "visible"
@@ -365,7 +366,7 @@ class FitPanel:
                 dev = simulated_device(device)
                 cap = target["cap"] if target["cap"] is None or target["cap"] <= dev.total_memory_bytes else None
                 b = max_batch(lambda batch: self.fn(**{**kwargs, self.batch_arg: batch}), device=device, cap=cap,
-                              alloc_conf=target["alloc_conf"], **job,
+                              alloc_conf=target["alloc_conf"], **_every_rank(target),
                               on_progress=lambda n, _t, what, d=device: self._set_status(f"{d}: try {n}, {what}"))
                 rows.append(BatchRow(dev.name.replace(" (simulated)", ""), dev.total_memory_bytes, b))
         finally:
@@ -385,9 +386,9 @@ class FitPanel:
         fitting = [row.config or "default" for row in self.compare_configs() if row.prediction.fits]
         lines = [f"configs that fit: {', '.join(fitting)}" if fitting else "no config fits"]
         if self.batch_arg is not None and int(kwargs[self.batch_arg]) > 1:
-            job = {} if "world_size" not in target else {"world_size": target["world_size"], "rank": "all"}
             b = max_batch(lambda batch: self.fn(**{**kwargs, self.batch_arg: batch}), device=target["device"],
-                          cap=target["cap"], alloc_conf=target["alloc_conf"], hi=int(kwargs[self.batch_arg]) - 1, **job)
+                          cap=target["cap"], alloc_conf=target["alloc_conf"], hi=int(kwargs[self.batch_arg]) - 1,
+                          **_every_rank(target))
             lines.append(f"largest {self.batch_arg} that fits under this config: {b}" if b else
                          f"not even {self.batch_arg}=1 fits under this config")  # fmt: skip
         text = "; ".join(lines)
@@ -454,6 +455,11 @@ def _button(label: str, tip: str) -> W.Button:
     button = W.Button(description=label, tooltip=tip, layout=W.Layout(width="auto", min_width="max-content"))
     button.add_class("memviz-button")
     return button
+
+
+def _every_rank(target: dict[str, Any]) -> dict[str, Any]:
+    """:func:`memviz.max_batch`'s job arguments for ``target``: every rank of a job of several, else none."""
+    return {} if "world_size" not in target else {"world_size": target["world_size"], "rank": "all"}
 
 
 def _looks_distributed(text: str) -> bool:

@@ -138,7 +138,9 @@ def rank_table_html(ranks: Any, shown: int | None = None) -> str:
     """One row per group of ranks whose predictions agree (the same peaks and fit): the ranks, fits or OOM (the
     first to run out marked), the peaks, their share of :func:`limit_bytes`; the group of rank ``shown`` in bold."""
     first = first_oom_rank(ranks)
-    head = ("<tr><th>ranks</th><th>fits</th><th>peak allocated</th><th>peak reserved</th><th>of the limit</th></tr>")
+    pad = ' style="padding:0 8px;text-align:left"'
+    head = "<tr>" + "".join(f"<th{pad}>{h}</th>" for h in ("ranks", "fits", "peak allocated", "peak reserved",
+                                                            "of the limit")) + "</tr>"
     body = []
     for group in ranks.groups():
         p = ranks[group[0]]
@@ -146,9 +148,9 @@ def rank_table_html(ranks: Any, shown: int | None = None) -> str:
         verdict = "yes" if p.fits else ("OOM, first" if first in group else "OOM")
         bold = ' style="font-weight:600"' if shown in group else ""
         share = f"{100 * p.peak_reserved_bytes / limit:.1f}%" if limit else ""
-        body.append(f"<tr{bold}><td>{escape(rank_span(group).removeprefix('ranks ').removeprefix('rank '))}</td>"
-                    f"<td>{verdict}</td><td>{escape(exact_bytes(p.peak_allocated_bytes))}</td>"
-                    f"<td>{escape(exact_bytes(p.peak_reserved_bytes))}</td><td>{share}</td></tr>")  # fmt: skip
+        cells = (rank_span(group).removeprefix("ranks ").removeprefix("rank "), verdict,
+                 exact_bytes(p.peak_allocated_bytes), exact_bytes(p.peak_reserved_bytes), share)
+        body.append(f"<tr{bold}>" + "".join(f"<td{pad}>{escape(c)}</td>" for c in cells) + "</tr>")
     groups = len(body)
     words = "every rank the same" if groups == 1 else f"{groups} different results"
     return (f"<b>each rank's allocator</b> <small>({ranks.world_size} ranks, {words}; ranks that agree share a row)"
