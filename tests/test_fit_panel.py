@@ -14,7 +14,7 @@ from memviz.predictor import max_batch, predict
 from memviz.widgets._common import escape, exact_bytes
 from memviz.widgets.fit_controls import ProgramControls
 from memviz.widgets.fit_panel import FitPanel, fit_panel
-from memviz.widgets.fit_report import first_oom_rank, limit_bytes, phase_spans
+from memviz.widgets.fit_report import first_oom_rank, limit_bytes, outside_html, phase_spans
 
 
 def wide(batch: int = 48, steps: int = 1) -> None:
@@ -325,6 +325,7 @@ def sharded(batch: int = 64, width: int = 1001, token: int = 1 << 22) -> None:
 
 
 PAD = ' style="padding:0 8px;text-align:left"'  # the per-rank table's cells
+MiB = 1 << 20
 
 
 def test_a_job_of_four_ranks_predicts_each_rank_and_groups_those_that_agree():
@@ -345,6 +346,10 @@ def test_a_job_of_four_ranks_predicts_each_rank_and_groups_those_that_agree():
     outside = want[0].outside  # an estimate, apart from the peaks: the context and NCCL's buffers
     assert outside.nccl_bytes > 0 and f"= {memviz.format_bytes(outside.total_bytes)}" in table
     assert "an estimate, not in the peaks above" in table and escape(outside.basis) in table
+    assert "tight" not in table  # an H200 has room for NCCL beside these peaks; a 1 GiB GPU has not:
+    small = predict(sharded, device="1 GiB", world_size=2, rank=0)
+    assert small.fits and small.peak_reserved_bytes + small.outside.total_bytes > 1024 * MiB
+    assert "tight</b>: peak reserved" in outside_html(small)
     assert panel.gauges.title.startswith("rank 0 of 4 · NVIDIA H200")
     assert_shows(panel, want[0])
     assert panel.real_button.layout.display == "none" and panel.job.rank.layout.display is None
