@@ -54,6 +54,7 @@ FILE_COST_S = {
     "tests/test_sim_addresses.py": 3.8,
     "notebooks/07_the_fixes.ipynb": 3.8,
     "notebooks/11_streams_graphs_and_pools.ipynb": 3.6,
+    "notebooks/12_more_than_one_gpu.ipynb": 8.0,  # estimated: 10 s alone under a load of 4
     "notebooks/06_empty_cache_can_and_cannot.ipynb": 3.4,
     "notebooks/08_when_to_empty_cache.ipynb": 3.4,
     "notebooks/05_fragmentation.ipynb": 3.1,

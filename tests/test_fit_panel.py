@@ -14,7 +14,7 @@ from memviz.predictor import max_batch, predict
 from memviz.widgets._common import escape, exact_bytes
 from memviz.widgets.fit_controls import ProgramControls
 from memviz.widgets.fit_panel import FitPanel, fit_panel
-from memviz.widgets.fit_report import limit_bytes, phase_spans
+from memviz.widgets.fit_report import first_oom_rank, limit_bytes, outside_html, phase_spans
 
 
 def wide(batch: int = 48, steps: int = 1) -> None:
@@ -287,6 +287,122 @@ def test_run_for_real_out_of_memory_under_a_small_cap_leaves_the_process_usable(
     panel.close()
 
 
+# ---- a torchrun program: several ranks
+
+
+class Net(nn.Module):
+    def __init__(self, width: int, token: int) -> None:
+        super().__init__()
+        self.up, self.down = nn.Linear(width, width), nn.Linear(width, 10)
+        self.token = nn.Parameter(torch.zeros(1, token))  # first dimension 1: FSDP2 gives it to rank 0 alone
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(x))) + self.token.mean()
+
+
+def sharded(batch: int = 64, width: int = 1001, token: int = 1 << 22) -> None:
+    """A torchrun script's main() under FSDP2: 1001 rows shard as 251, 251, 251, 248 over 4 ranks, and the token's
+    16 MiB (and its 32 MiB of AdamW state) live on rank 0 alone."""
+    import os
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    mesh = init_device_mesh("cuda", (int(os.environ["WORLD_SIZE"]),))
+    model = Net(width, token).cuda()
+    for layer in (model.up, model.down):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.AdamW(model.parameters())
+    for _ in range(2):
+        model(torch.randn(batch, width, device="cuda")).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    dist.destroy_process_group()
+
+
+PAD = ' style="padding:0 8px;text-align:left"'  # the per-rank table's cells
+MiB = 1 << 20
+
+
+def test_a_job_of_four_ranks_predicts_each_rank_and_groups_those_that_agree():
+    panel = FitPanel(sharded, device="H200", world_size=4)
+    want = predict(sharded, device="H200", world_size=4, rank="all")
+    assert [(panel.ranks[r].peak_allocated_bytes, panel.ranks[r].peak_reserved_bytes) for r in range(4)] == [
+        (want[r].peak_allocated_bytes, want[r].peak_reserved_bytes) for r in range(4)]
+    assert want.groups() == [[0], [1, 2], [3]]  # rank 0 holds the token, rank 3 three rows fewer
+    table = panel.ranks_html.value
+    for group in want.groups():
+        p = want[group[0]]
+        cells = (f"<td{PAD}>yes</td><td{PAD}>{exact_bytes(p.peak_allocated_bytes)}</td>"
+                 f"<td{PAD}>{exact_bytes(p.peak_reserved_bytes)}</td>")
+        assert cells in table
+    assert f"<td{PAD}>1–2</td>" in table and "4 ranks, 3 different results" in table
+    assert "every rank fits</b> (4 ranks)" in panel.banner.value
+    assert f"rank {want.worst_rank}'s, {memviz.format_bytes(want.peak_reserved_bytes)}" in panel.banner.value
+    outside = want[0].outside  # an estimate, apart from the peaks: the context and NCCL's buffers
+    assert outside.nccl_bytes > 0 and f"= {memviz.format_bytes(outside.total_bytes)}" in table
+    assert "an estimate, not in the peaks above" in table and escape(outside.basis) in table
+    assert "tight" not in table  # an H200 has room for NCCL beside these peaks; a 1 GiB GPU has not:
+    small = predict(sharded, device="1 GiB", world_size=2, rank=0)
+    assert small.fits and small.peak_reserved_bytes + small.outside.total_bytes > 1024 * MiB
+    assert "tight</b>: peak reserved" in outside_html(small)
+    assert panel.gauges.title.startswith("rank 0 of 4 · NVIDIA H200")
+    assert_shows(panel, want[0])
+    assert panel.real_button.layout.display == "none" and panel.job.rank.layout.display is None
+    with pytest.raises(ValueError, match="run for real plays one GPU"):
+        panel.run_real()
+
+    refreshes = len(panel.refresh_seconds)
+    panel.job.rank.value = 3  # the rank picker redraws, it does not predict
+    assert panel.prediction is panel.ranks[3] and len(panel.refresh_seconds) == refreshes
+    assert_shows(panel, want[3])
+    assert panel.gauges.title.startswith("rank 3 of 4 · ") and "rank 3 of 4 · segment map" in panel.map_note.value
+    assert f'<tr style="font-weight:600"><td{PAD}>3</td>' in panel.ranks_html.value
+
+    panel.job.world_size.value = 2  # fewer ranks: the picker follows, the shown rank goes back to 0
+    assert list(panel.job.rank.options) == [0, 1] and panel.prediction is panel.ranks[0]
+    assert_shows(panel, predict(sharded, device="H200", world_size=2, rank=0))
+    panel.close()
+
+
+def test_the_rank_that_runs_out_of_memory_first():
+    panel = FitPanel(sharded, device="H200", cap="262 MiB", world_size=4)
+    want = predict(sharded, device="H200", cap="262 MiB", world_size=4, rank="all")
+    assert [want[r].fits for r in range(4)] == [False, True, True, True]  # rank 0's token and its AdamW state
+    assert "rank 0 of 4 runs out of memory first (1 of 4 ranks run out: rank 0)" in panel.banner.value
+    assert f"{want[0].oom.requested_bytes:,} B" in panel.banner.value and "OOM, first" in panel.ranks_html.value
+    assert panel.fix_button.layout.display is None
+    panel.configs = ("",)
+    (row,) = panel.compare_configs()  # the row is the job's: every rank under that config
+    assert row.prediction.world_size == 4 and [row.prediction[r].fits for r in range(4)] == [False, True, True, True]
+    assert row.prediction.peak_reserved_bytes == want.peak_reserved_bytes
+    assert "<td><code>default</code></td><td>OOM</td>" in panel.configs_html.value
+    panel.close()
+
+    tighter = predict(sharded, device="H200", cap="236 MiB", world_size=4, rank="all")
+    assert not any(tighter[r].fits for r in range(4))
+    # every rank runs out in the second step's forward; rank 0 (the token's 32 MiB of AdamW state) one request in,
+    # the others a few requests later, though their own logs are shorter (no token state) and number it earlier
+    assert tighter[0].oom.event_index > tighter[1].oom.event_index
+    assert first_oom_rank(tighter) == 0
+
+
+def test_a_torchrun_program_at_one_gpu_says_to_set_the_ranks():
+    panel = FitPanel(sharded, device="H200")
+    assert panel.prediction is None and panel.job.rank.layout.display == "none"
+    assert "the program raised ValueError: Error initializing torch.distributed" in panel.error_text
+    assert "set GPUs (ranks) to the job's number of ranks" in panel.error_text
+    panel.job.world_size.value = 2
+    assert panel.error_text == "" and panel.ranks.world_size == 2 and panel.settings()[0]["world_size"] == 2
+    panel.close()
+    with pytest.raises(ValueError, match="world_size must be an int from 1 to 64"):
+        FitPanel(sharded, world_size=65)
+
+
 def test_lesson_10s_recorded_figures_are_copies_of_the_recordings():
     import gzip
     import json
@@ -307,3 +423,28 @@ def test_lesson_10s_recorded_figures_are_copies_of_the_recordings():
     events = json.loads(gzip.decompress((data / "h200" / "resnet18-b64.json.gz").read_bytes()))["events"]
     largest = sorted({e[2] for e in events if e[0] == "alloc"}, reverse=True)[:3]
     assert shipped["workspaces"]["resnet18_b64_largest_requests_bytes"] == largest
+
+
+def test_lesson_12s_recorded_figures_are_copies_of_the_recordings():
+    import gzip
+    import json
+    from importlib.resources import files
+    from pathlib import Path
+
+    from evaluation import lesson_data
+
+    shipped_text = files("memviz.data").joinpath("h200_dist.json").read_text()
+    assert shipped_text == lesson_data.dumps(lesson_data.build())  # python -m evaluation.lesson_data writes it
+    shipped = json.loads(shipped_text)
+    runs = Path(__file__).parents[1] / "evaluation" / "recordings" / "dist" / "runs"
+    recorded = json.loads(gzip.decompress((runs / "dist-mlp-ddp-ws4-r3.json.gz").read_bytes()))
+    rank = shipped["runs"]["dist-mlp-ddp-ws4"]["ranks"]["3"]
+    assert (rank["peak_allocated_bytes"], rank["peak_reserved_bytes"]) == (
+        recorded["stats"]["allocated_bytes.all.peak"], recorded["stats"]["reserved_bytes.all.peak"])
+    last = recorded["steps"][-1]
+    assert ", ".join(map(str, rank["ddp_rebuilt_bucket_sizes"])) == last["ddp"][0]["rebuilt_bucket_sizes"]
+    assert rank["steps"][-1][1] == last["stats"]["reserved_bytes.all.peak"]
+    assert rank["process_gpu_bytes"] == recorded["process_gpu"]["used_bytes"]
+    every_rank = list(runs.parent.parent.glob("dist*/runs/*.json.gz"))
+    assert sum(len(run["ranks"]) for run in shipped["runs"].values()) == len(every_rank) == 94
+    assert len(shipped_text.encode()) < 64 << 10  # a lesson's figures, not the recordings

@@ -12,6 +12,8 @@ the parameter's default or from an abbreviation passed to ``fit_panel(fn, name=.
 
 :class:`TargetControls` holds the target GPU (the presets of :mod:`memviz.devices` or a custom size), the cap
 (empty: none) and the allocator config (``PYTORCH_CUDA_ALLOC_CONF``: the kit's presets, or typed).
+:class:`RankControls` holds the job: how many GPUs (ranks) a ``torchrun`` program runs on, one per process, and
+which rank the panel's views show.
 """
 
 from __future__ import annotations
@@ -28,10 +30,13 @@ from memviz.sim import CANDIDATE_CONFIGS
 from memviz.units import parse_size
 from memviz.widgets._common import escape
 
-__all__ = ["CUSTOM", "ProgramControls", "TargetControls", "control_for"]
+__all__ = ["CUSTOM", "MAX_WORLD_SIZE", "ProgramControls", "RankControls", "TargetControls", "control_for"]
 
 CUSTOM = "custom size"
 INT_MAX = 2**31 - 1
+MAX_WORLD_SIZE = 64
+"""The most ranks the panel takes: each refresh predicts every rank (one :func:`memviz.predict` each), so a
+refresh costs the world size times one prediction. Larger jobs: ``memviz.predict(..., world_size=N, rank=R)``."""
 _STYLE = {"description_width": "initial"}
 
 
@@ -197,6 +202,64 @@ class TargetControls:
         """Call ``handler(change)`` when the device, custom size, cap or config changes."""
         for widget in (self.device, self.custom, self.cap, self.config):
             widget.observe(handler, names="value")
+
+
+class RankControls:
+    """The job: how many GPUs the program runs on (``torchrun``'s ranks, one GPU each) and which rank is shown.
+
+    Args:
+        world_size: the number of ranks, 1 to :data:`MAX_WORLD_SIZE` (1: a single-GPU program, predicted as
+            :func:`memviz.predict` without ``world_size``).
+        rank: the rank whose timeline and segment map the panel shows, in ``[0, world_size)``.
+
+    ``settings()`` returns ``{}`` for one GPU, else ``{"world_size": N}``; ``shown_rank()`` the rank picked.
+    The rank picker and the note show only when the job has more than one rank.
+
+    Raises:
+        ValueError: ``world_size`` or ``rank`` out of range.
+    """
+
+    def __init__(self, world_size: int = 1, rank: int = 0) -> None:
+        if isinstance(world_size, bool) or not isinstance(world_size, int) or not 1 <= world_size <= MAX_WORLD_SIZE:
+            raise ValueError(f"fit_panel: world_size must be an int from 1 to {MAX_WORLD_SIZE} (the panel predicts "
+                             f"every rank), got {world_size!r}; for more, memviz.predict(..., world_size=N, rank=R)")
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+            raise ValueError(f"fit_panel: rank must be an int in [0, {world_size}), got {rank!r}")
+        self.world_size = W.BoundedIntText(value=world_size, min=1, max=MAX_WORLD_SIZE, description="GPUs (ranks)",
+                                           style=_STYLE, layout=W.Layout(width="170px"))  # fmt: skip
+        self.rank = W.Dropdown(options=list(range(world_size)), value=rank, description="show rank", style=_STYLE,
+                               layout=W.Layout(width="150px"))  # fmt: skip
+        self.note = W.HTML("<small>a <code>torchrun</code> program, one GPU per rank: every rank is predicted "
+                           "(torch's fake process group)</small>")  # fmt: skip
+        for widget, cls in ((self.world_size, "memviz-fit-world-size"), (self.rank, "memviz-fit-rank"),
+                            (self.note, "memviz-fit-rank-note")):  # fmt: skip
+            widget.add_class(cls)
+        self.world_size.observe(lambda _: self._sync(), names="value")
+        self._sync()
+        self.widget = W.HBox([self.world_size, self.rank, self.note],
+                             layout=W.Layout(flex_flow="row wrap", align_items="center"))  # fmt: skip
+
+    def _sync(self) -> None:
+        n = self.world_size.value
+        if list(self.rank.options) != list(range(n)):
+            keep = self.rank.value if self.rank.value is not None and self.rank.value < n else 0
+            self.rank.options = list(range(n))
+            self.rank.value = keep
+        shown = None if n > 1 else "none"
+        self.rank.layout.display = self.note.layout.display = shown
+
+    def settings(self) -> dict[str, Any]:
+        """``{}`` for one GPU, ``{"world_size": N}`` for a job of N ranks."""
+        n = self.world_size.value
+        return {} if n == 1 else {"world_size": n}
+
+    def shown_rank(self) -> int:
+        """The rank the views show (0 for one GPU)."""
+        return self.rank.value if self.world_size.value > 1 and self.rank.value is not None else 0
+
+    def observe(self, handler: Callable) -> None:
+        """Call ``handler(change)`` when the world size changes (the rank picker redraws; it predicts nothing)."""
+        self.world_size.observe(handler, names="value")
 
 
 def _name(fn: Callable) -> str:

@@ -1,7 +1,9 @@
 """The fit panel's words and tables: the fits / OOM banner, the gauges' rows, and the side-by-side tables.
 
-Pure functions of :class:`memviz.predictor.Prediction` objects (no widgets), so tests read the same text the
-panel shows. Bytes are printed exactly (``"1.33 GiB (1,433,124,352 B)"``) where a learner compares numbers.
+Pure functions of :class:`memviz.predictor.Prediction` objects (and, for a job of several ranks, of
+:class:`memviz.predictor.RankPredictions`: the per-rank table, the job's banner, the estimate of what a rank holds
+outside the allocator), so tests read the same text the panel shows. Bytes are printed exactly
+(``"1.33 GiB (1,433,124,352 B)"``) where a learner compares numbers.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from memviz.units import format_bytes
 from memviz.widgets._common import escape, exact_bytes
 from memviz.widgets.gauges import COLORS
 
-__all__ = ["BatchRow", "ConfigRow", "banner_html", "batch_table_html", "config_table_html", "gauge_rows",
-           "gauge_title", "limit_bytes", "notes_html", "phase_spans"]  # fmt: skip
+__all__ = ["BatchRow", "ConfigRow", "banner_html", "batch_table_html", "config_table_html", "first_oom_rank",
+           "gauge_rows", "gauge_title", "job_banner_html", "limit_bytes", "notes_html", "outside_html", "phase_spans",
+           "rank_span", "rank_table_html"]  # fmt: skip
 
 
 def limit_bytes(p: Any) -> int:
@@ -46,21 +49,23 @@ def gauge_title(p: Any) -> str:
     return f"{device}: {exact_bytes(limit_bytes(p))} for the allocator (the rest: CUDA context)"
 
 
-def banner_html(p: Any, suggestions: str = "") -> str:
+def banner_html(p: Any, suggestions: str = "", who: str = "") -> str:
     """Green when the program fits, red with the failing request (size, op, module, line, phase) when not;
-    ``suggestions`` (HTML: which config or batch would fit) goes under an OOM."""
+    ``suggestions`` (HTML: which config or batch would fit) goes under an OOM; ``who`` (text, e.g. ``"rank 3 of
+    4"``) says whose run it is."""
     limit = limit_bytes(p)
+    whose = f"{escape(who)}: " if who else ""
     if p.fits:
         share = 100 * p.peak_reserved_bytes / limit if limit else 0.0
         return (f'<div class="memviz-fit-banner memviz-fit-ok" style="{_BOX}background:#e8f5e9;border-color:#2e7d32">'
-                f"<b>fits</b>: peak reserved {escape(format_bytes(p.peak_reserved_bytes))} of "
+                f"{whose}<b>fits</b>: peak reserved {escape(format_bytes(p.peak_reserved_bytes))} of "
                 f"{escape(format_bytes(limit))} ({share:.0f}%), peak allocated "
                 f"{escape(format_bytes(p.peak_allocated_bytes))}</div>")  # fmt: skip
     oom = p.oom
     where = f" in <code>{escape(oom.module)}</code>" if oom.module else ""
     line = f" at <code>{escape(oom.line)}</code>" if oom.line else ""
     return (f'<div class="memviz-fit-banner memviz-fit-oom" style="{_BOX}background:#ffebee;border-color:#c62828">'
-            f"<b>OUT OF MEMORY</b> in the {escape(oom.phase)} phase: "
+            f"{whose}<b>OUT OF MEMORY</b> in the {escape(oom.phase)} phase: "
             f"{escape(format_bytes(oom.requested_bytes))} ({oom.requested_bytes:,} B) for "
             f"<code>{escape(oom.op)}</code>{where}{line}"
             f"<details><summary>torch's message</summary><pre style='white-space:pre-wrap'>{escape(oom.message)}"
@@ -75,6 +80,97 @@ def notes_html(notes: Sequence[str]) -> str:
     return (f'<div class="memviz-fit-notes" style="font-size:12px;color:#8a6d3b">what this prediction met and '
             f"does not model, or models from less (the figures may be off there):<ul style='margin:0'>{items}</ul>"
             "</div>")  # fmt: skip
+
+
+# ---- a job of several ranks
+
+
+def rank_span(ranks: Sequence[int]) -> str:
+    """``[0, 1, 2, 5]`` → ``"ranks 0–2, 5"``; ``[3]`` → ``"rank 3"`` (runs of consecutive ranks joined)."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    runs: list[list[int]] = []
+    for r in sorted(ranks):
+        if runs and r == runs[-1][-1] + 1:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    return "ranks " + ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}–{run[-1]}" for run in runs)
+
+
+def first_oom_rank(ranks: Any) -> int | None:
+    """The rank that runs out of memory first, None when every rank fits.
+
+    Of the ranks whose prediction ran out, the one that failed earliest in the program: in the earliest phase (the
+    ranks run the same program, their collectives holding them in step, so their forward / backward / optimizer
+    phases line up one to one), then after the fewest allocator events into that phase (ranks with different
+    shards make a few different allocations, so a rank's place in its own log is compared from the phase's
+    start, not from the run's), then the lowest rank.
+    """
+    def when(rank: int) -> tuple[int, int, int]:
+        p = ranks[rank]
+        starts = [i for i, _ in p.phases if i <= p.oom.event_index] or [0]
+        return len(starts), p.oom.event_index - starts[-1], rank
+
+    failing = [r for r in ranks if not ranks[r].fits]
+    return min(failing, key=when) if failing else None
+
+
+def job_banner_html(ranks: Any, suggestions: str = "") -> str:
+    """The job's verdict: green when every rank fits (with the rank that comes closest), else the first rank to run
+    out of memory, in :func:`banner_html`'s red banner with how many ranks ran out."""
+    n = ranks.world_size
+    first = first_oom_rank(ranks)
+    if first is None:
+        p = ranks[ranks.worst_rank]
+        limit = limit_bytes(p)
+        share = 100 * p.peak_reserved_bytes / limit if limit else 0.0
+        return (f'<div class="memviz-fit-banner memviz-fit-ok" style="{_BOX}background:#e8f5e9;border-color:#2e7d32">'
+                f"<b>every rank fits</b> ({n} ranks): the highest peak reserved is rank {ranks.worst_rank}'s, "
+                f"{escape(format_bytes(p.peak_reserved_bytes))} of {escape(format_bytes(limit))} ({share:.0f}%)"
+                "</div>")  # fmt: skip
+    failing = [r for r in ranks if not ranks[r].fits]
+    who = f"rank {first} of {n} runs out of memory first ({len(failing)} of {n} ranks run out: {rank_span(failing)})"
+    return banner_html(ranks[first], suggestions, who=who)
+
+
+def rank_table_html(ranks: Any, shown: int | None = None) -> str:
+    """One row per group of ranks whose predictions agree (the same peaks and fit): the ranks, fits or OOM (the
+    first to run out marked), the peaks, their share of :func:`limit_bytes`; the group of rank ``shown`` in bold."""
+    first = first_oom_rank(ranks)
+    pad = ' style="padding:0 8px;text-align:left"'
+    head = "<tr>" + "".join(f"<th{pad}>{h}</th>" for h in ("ranks", "fits", "peak allocated", "peak reserved",
+                                                            "of the limit")) + "</tr>"
+    body = []
+    for group in ranks.groups():
+        p = ranks[group[0]]
+        limit = limit_bytes(p)
+        verdict = "yes" if p.fits else ("OOM, first" if first in group else "OOM")
+        bold = ' style="font-weight:600"' if shown in group else ""
+        share = f"{100 * p.peak_reserved_bytes / limit:.1f}%" if limit else ""
+        cells = (rank_span(group).removeprefix("ranks ").removeprefix("rank "), verdict,
+                 exact_bytes(p.peak_allocated_bytes), exact_bytes(p.peak_reserved_bytes), share)
+        body.append(f"<tr{bold}>" + "".join(f"<td{pad}>{escape(c)}</td>" for c in cells) + "</tr>")
+    groups = len(body)
+    words = "every rank the same" if groups == 1 else f"{groups} different results"
+    return (f"<b>each rank's allocator</b> <small>({ranks.world_size} ranks, {words}; ranks that agree share a row)"
+            "</small>" + _table("memviz-fit-ranks", head, body))
+
+
+def outside_html(p: Any) -> str:
+    """What a rank's process holds outside the caching allocator (the CUDA context, NCCL's buffers): an estimate,
+    labelled with its basis, never added to the allocator's peaks; and, when the estimate beside the rank's peak
+    reserved is more than the GPU, a warning that the prediction's "fits" leaves NCCL no room."""
+    out = p.outside
+    text = (f"<b>outside the allocator, per rank</b> (an estimate, not in the peaks above): CUDA context "
+            f"{escape(format_bytes(out.context_bytes))} + NCCL {escape(format_bytes(out.nccl_bytes))} = "
+            f"{escape(format_bytes(out.total_bytes))}. <small>{escape(out.basis)}</small>")  # fmt: skip
+    total = p.device.total_memory_bytes
+    if p.peak_reserved_bytes + out.total_bytes > total:
+        text += (f"<br><b style='color:#c62828'>tight</b>: peak reserved "
+                 f"{escape(format_bytes(p.peak_reserved_bytes))} + this estimate is more than the GPU's "
+                 f"{escape(format_bytes(total))}: NCCL's buffers may not fit beside this rank's peak")  # fmt: skip
+    return f'<div class="memviz-fit-outside" style="font-size:12px;margin:4px 0">{text}</div>'
 
 
 _BOX = "border:1px solid;border-radius:3px;padding:4px 8px;margin:4px 0;font-size:13px;"

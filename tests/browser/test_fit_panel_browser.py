@@ -96,3 +96,56 @@ def test_fit_panel_follows_typed_and_picked_controls(lab):
     assert lab.js("() => window.memvizLargeModules") == 1  # plotly's module, once for both figures
     assert not [e for e in console_errors(page) if "memviz" in e.lower() or "anywidget" in e.lower()]
     print(f"typed batch -> gauges redrawn: {typed_s * 1000:.0f} ms")
+
+
+# a torchrun script's main() under FSDP2, the same source in the kernel and here: 1001 rows shard as 501 and 500
+SHARDED = """
+import os
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+
+def sharded(batch: int = 64, width: int = 1001) -> None:
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    mesh = init_device_mesh("cuda", (int(os.environ["WORLD_SIZE"]),))
+    model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10)).cuda()
+    for layer in (model[0], model[2]):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.AdamW(model.parameters())
+    for _ in range(2):
+        model(torch.randn(batch, width, device="cuda")).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    dist.destroy_process_group()
+"""
+
+
+def test_fit_panel_predicts_every_rank_and_shows_the_picked_one(lab):
+    namespace: dict = {}
+    exec(SHARDED, namespace)
+    want = predict(namespace["sharded"], device="H200", world_size=2, rank="all")
+    assert want.groups() == [[0], [1]]  # the ranks differ: the page must show which is which
+    cells = ["import memviz\n" + SHARDED, "panel = memviz.fit_panel(sharded, device='H200', world_size=2)\npanel"]
+    page = lab.page
+    lab.open("ranks.ipynb", cells, run=True)
+    for r in (0, 1):  # the per-rank table: each rank's peaks, exactly
+        lab.wait_js("(t) => document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .memviz-fit-ranks')"
+                    "?.textContent.includes(t)", exact_bytes(want[r].peak_allocated_bytes), timeout=60)
+    assert "every rank fits" in lab.text(".memviz-fit-banner")
+    assert "outside the allocator, per rank" in lab.text(".memviz-fit-outside")
+    lab.wait_text(GAUGE.format("allocated"), exact_bytes(want[0].peak_allocated_bytes), timeout=30)
+
+    notebook_locator(page, ".memviz-fit-rank select").select_option("1")  # show rank 1: a redraw, no prediction
+    lab.wait_js("(t) => document.querySelector('.memviz-fit-gauges .memviz-gauge-title')?.textContent.startsWith(t)",
+                "rank 1 of 2", timeout=30)  # fmt: skip
+    lab.wait_text(GAUGE.format("allocated"), exact_bytes(want[1].peak_allocated_bytes), timeout=30)
+    assert lab.kernel("print(len(panel.refresh_seconds), panel.prediction.rank)").split() == ["1", "1"]
+    notebook_locator(page, ".memviz-fit-panel").screenshot(path=str(ARTIFACTS_DIR / "fit_panel_ranks.png"))
+    assert "Traceback" not in lab.text(".memviz-fit-panel")
+    assert not [e for e in console_errors(page) if "memviz" in e.lower() or "anywidget" in e.lower()]
