@@ -55,6 +55,7 @@ FILE_COST_S = {
     "notebooks/07_the_fixes.ipynb": 3.8,
     "notebooks/11_streams_graphs_and_pools.ipynb": 3.6,
     "notebooks/12_more_than_one_gpu.ipynb": 8.0,  # estimated: 10 s alone under a load of 4
+    "notebooks/13_will_my_fine_tune_fit.ipynb": 9.0,  # 7.1 s of nbval alone
     "notebooks/06_empty_cache_can_and_cannot.ipynb": 3.4,
     "notebooks/08_when_to_empty_cache.ipynb": 3.4,
     "notebooks/05_fragmentation.ipynb": 3.1,

@@ -26,6 +26,7 @@ __all__ = [
     "convnet_sgd_training",
     "gpt_inference",
     "gpt_training",
+    "llama_config",
     "mlp_training",
     "resnet_inference",
     "resnet_training",
@@ -265,25 +266,26 @@ def gpt_inference(*, batch: int = 16, seq: int = 1024, d_model: int = 768, n_lay
 # ---- language models (transformers, peft): lesson 13 -------------------------------------------------------
 
 
-def _llama_config(layers: int, vocab: int) -> object:
-    """A LLaMA-style config of about 150M parameters a layer's worth of width (hidden 768, 12 heads, 4 of them
-    key/value heads, SwiGLU 2048), random weights: nothing is downloaded."""
+def llama_config(layers: int = 4, vocab: int = 32000) -> object:
+    """A LLaMA-style ``transformers.LlamaConfig``: hidden size 768, 12 attention heads of which 4 key/value heads
+    (grouped-query attention), SwiGLU width 2048, ``layers`` layers, a ``vocab``-token vocabulary (defaults 4 and
+    32000); models built from it get random weights: nothing is downloaded."""
     from transformers import LlamaConfig
 
     return LlamaConfig(hidden_size=768, intermediate_size=2048, num_hidden_layers=layers, num_attention_heads=12,
                        num_key_value_heads=4, vocab_size=vocab, max_position_embeddings=4096)
 
 
-def causal_lm_finetune(*, batch: int = 8, seq: int = 512, layers: int = 12, vocab: int = 32000, lora: bool = False,
+def causal_lm_finetune(*, batch: int = 8, seq: int = 512, layers: int = 4, vocab: int = 32000, lora: bool = False,
                        checkpointing: bool = False, steps: int = 2) -> None:
-    """Fine-tune a LLaMA-style causal LM (``_llama_config``) with AdamW under bf16 autocast, on random token ids
+    """Fine-tune a LLaMA-style causal LM (:func:`llama_config`) with AdamW under bf16 autocast, on random token ids
     with an attention mask, logging the loss: in full (every weight trained, fp32 master weights) or with LoRA
     (``peft``, rank 16 on the attention projections, over a frozen bf16 base), with or without gradient
     checkpointing."""
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
-    config = _llama_config(layers, vocab)
+    config = llama_config(layers, vocab)
     if lora:
         from peft import LoraConfig, get_peft_model
 
@@ -291,8 +293,8 @@ def causal_lm_finetune(*, batch: int = 8, seq: int = 512, layers: int = 12, voca
         if checkpointing:
             model.gradient_checkpointing_enable()
             model.enable_input_require_grads()
-        model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=["q_proj", "k_proj",
-                                                                                     "v_proj", "o_proj"]))
+        attention = ["q_proj", "k_proj", "v_proj", "o_proj"]
+        model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=attention))
     else:
         model = AutoModelForCausalLM.from_config(config).cuda()
         if checkpointing:
@@ -310,14 +312,14 @@ def causal_lm_finetune(*, batch: int = 8, seq: int = 512, layers: int = 12, voca
         print(f"step {step}: loss {loss.item():.3f}")
 
 
-def causal_lm_generate(*, batch: int = 8, prompt: int = 256, new_tokens: int = 256, layers: int = 12,
+def causal_lm_generate(*, batch: int = 8, prompt: int = 128, new_tokens: int = 16, layers: int = 4,
                        vocab: int = 32000, cache: str = "dynamic") -> None:
     """Greedy ``generate()`` from the same LLaMA-style model in bf16: ``cache`` "dynamic" (grown token by token)
     or "static" (allocated for prompt + new tokens at the start)."""
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(_llama_config(layers, vocab), dtype=torch.bfloat16).cuda().eval()
+    model = AutoModelForCausalLM.from_config(llama_config(layers, vocab), dtype=torch.bfloat16).cuda().eval()
     ids = torch.randint(1, vocab, (batch, prompt), device="cuda")
     out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
                          min_new_tokens=new_tokens, do_sample=False, cache_implementation=cache, pad_token_id=0,

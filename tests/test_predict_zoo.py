@@ -1,5 +1,7 @@
-"""Ordinary PyTorch programs through memviz.predict (real torch, no mocks): each predicts, and its numbers hold
-at least what the program provably keeps (parameters, gradients, optimizer state), computed from the model.
+"""Ordinary PyTorch programs through memviz.predict (real torch, no mocks): the behaviour each exercises (a GRU's
+in-place transpose, nn.Transformer's causal-mask detection, tensors made on another tensor's device, deepcopy,
+distributions, SiLU's kernel, LayerNorm's copies, channels-last convolutions). Their peaks against the H200's
+recordings of the same programs: tests/test_predict_zoo_recorded.py.
 
 The programs are small (a few MiB of weights) so that the file runs in a few seconds; the larger zoo, with
 torchvision's models, is ``benchmarks/predict_zoo.py``.
@@ -26,9 +28,7 @@ def test_gru_batch_first_backward_transposes_its_gradient_in_place() -> None:
         opt.step()
 
     p = memviz.predict(prog, device="H200")
-    weights = _param_bytes(nn.GRU(16, 32, 2))
-    assert p.fits and p.peak_allocated_bytes >= 3 * weights  # weights, gradients, momentum
-    assert p.breakdown()["optimizer state"] == weights
+    assert p.fits and p.breakdown()["optimizer state"] == _param_bytes(nn.GRU(16, 32, 2))  # the momentum
 
 
 def test_transformer_detects_a_causal_mask_as_torch_does() -> None:
@@ -54,7 +54,7 @@ def test_transformer_detects_a_causal_mask_as_torch_does() -> None:
     for where in ("device", "host", "zeros", "unknown"):
         p = memviz.predict(prog, where, device="H200")
         ops[where] = sum("flash" in e.op for e in p.events if e.action == "alloc" and e.phase == "forward")
-        assert p.fits and p.peak_allocated_bytes >= 2 * _param_bytes(nn.Transformer(64, 4, 1, 1, 128))
+        assert p.fits
         assert any("read as zeros" in n for n in p.notes) == (where == "unknown")
     # causal: the decoder's self-attention drops the mask and runs flash attention (bf16, no mask);
     # a mask that is not causal is used as given (memory-efficient attention with a bias)
@@ -76,7 +76,6 @@ def test_tensors_made_on_another_tensors_device_are_device_memory() -> None:
 
     p = memviz.predict(prog, device="H200")
     assert p.fits and p.breakdown()["gradients"] == 1024 * 1024 * 4
-    assert p.peak_allocated_bytes >= 4 * 2**20 * 3
 
 
 def test_deepcopy_save_and_load_of_device_tensors() -> None:
