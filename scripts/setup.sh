@@ -48,7 +48,7 @@ if "$py" -c "import torch" 2>/dev/null; then
   echo "memviz setup: keeping torch $("$py" -c 'import torch; print(torch.__version__)')"
 elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   echo "memviz setup: NVIDIA GPU found; installing PyPI's CUDA build of torch"
-  "${pip[@]}" "torch>=2.1"
+  "${pip[@]}" "torch>=2.11"
 else
   echo "memviz setup: no NVIDIA GPU; installing a CPU build of torch (the simulator stands in for the GPU)"
   quiet_retries "${pip[@]}" --retries 1 --extra-index-url https://download.pytorch.org/whl/cpu "torch==2.13.*"

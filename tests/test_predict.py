@@ -236,3 +236,6 @@ def test_a_torch_older_than_the_floor_is_refused_with_what_is_supported() -> Non
         check_torch("2.8.0")
     with pytest.raises(memviz.InputError, match="cannot read the torch version"):
         check_torch("nightly")
+    check_torch("2.11.0", distributed=True)
+    with pytest.raises(memviz.InputError, match=r"world_size=\.\.\.\) needs torch >= 2\.11"):
+        check_torch("2.9.1+cu128", distributed=True)

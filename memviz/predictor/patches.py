@@ -25,7 +25,7 @@ from .distributed import patches as distributed_patches
 from .redirect import is_cuda
 from .session import Session
 
-__all__ = ["PATCHES", "TORCH_FLOOR", "VERIFIED", "Patch", "applied", "check_torch"]
+__all__ = ["DISTRIBUTED_FLOOR", "PATCHES", "TORCH_FLOOR", "VERIFIED", "Patch", "applied", "check_torch"]
 
 VERIFIED = ("2.9.1+cu128 (no GPU)", "2.11.0+cu130 (on an H200)", "2.13.0+cpu", "2.14.1+cu130 (no GPU)")
 """The torch builds every patch was verified on: the predictor's tests passed there."""
@@ -205,8 +205,14 @@ def applied(session: Session) -> Iterator[None]:
                 delattr(obj, attribute)  # inherited: the class's own entry goes, the base's shows again
 
 
-def check_torch(version: str | None = None) -> None:
-    """Refuse a torch older than :data:`TORCH_FLOOR` (``version``: default the installed one).
+DISTRIBUTED_FLOOR = (2, 11)
+"""The oldest torch distributed programs are predicted on: the fake process group's collectives and FSDP2 as
+torch 2.11 (the H200's) and 2.13 run them; on 2.9.1 c10d's collectives reach the tracer with no meta kernel."""
+
+
+def check_torch(version: str | None = None, distributed: bool = False) -> None:
+    """Refuse a torch older than :data:`TORCH_FLOOR` (``version``: default the installed one), or than
+    :data:`DISTRIBUTED_FLOOR` for a distributed program.
 
     Raises:
         InputError: the torch is older; the message says which versions are supported.
@@ -216,6 +222,11 @@ def check_torch(version: str | None = None) -> None:
         major, minor = (int(part) for part in version.split("+")[0].split(".")[:2])
     except ValueError:
         raise InputError(f"memviz.predict: cannot read the torch version {version!r}") from None
+    if distributed and (major, minor) < DISTRIBUTED_FLOOR:
+        floor = ".".join(map(str, DISTRIBUTED_FLOOR))
+        raise InputError(f"memviz.predict(..., world_size=...) needs torch >= {floor} (verified on 2.11.0+cu130 and "
+                         f"2.13.0+cpu); this is torch {version}. Single-GPU programs are predicted from "
+                         f"{'.'.join(map(str, TORCH_FLOOR))}.")
     if (major, minor) < TORCH_FLOOR:
         floor = ".".join(map(str, TORCH_FLOOR))
         raise InputError(f"memviz.predict needs torch >= {floor} (verified on {', '.join(VERIFIED)}); this is "

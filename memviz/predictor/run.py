@@ -110,7 +110,7 @@ def predict(fn: Callable[..., Any], *args: Any, device: Any = "A100-40GB", cap: 
     """
     from .patches import check_torch
 
-    check_torch()
+    check_torch(distributed=world_size is not None)
     dev, arch = arch_for(device)
     cap_bytes = None if cap is None else parse_size(cap)
     if world_size is None:
