@@ -1,13 +1,16 @@
 """Speed of memviz.predict: per model, trace time, replay time, events, and max_batch time.
 
-usage: python3 benchmarks/bench_predict.py [--repeats N] [--no-max-batch] [--memtracker]
+usage: python3 benchmarks/bench_predict.py [--repeats N] [--no-max-batch] [--memtracker] [--no-hf]
 
 For each program of memviz/examples.py at the size the issue names (ResNet-50 batch 32, 3 steps,
 and the others at their recorded sizes), on the H200 preset: the median wall time of ``--repeats``
 predictions (default 3, after one warm-up), the events it made, and the replay alone (the same events
 through a fresh ``memviz.sim.CachingAllocator``: what the simulator costs inside the prediction; the
-rest is tracing). Then the wall time of ``max_batch`` under the recorded caps. Targets on the 2-core CI
-machine: one ResNet-50 b32 prediction ≤ 5 s, ``max_batch`` ≤ 60 s.
+rest is tracing). Then, where transformers is installed, the programs of the field at a 1B-parameter size
+(evaluation/programs/hf.py's LLaMA-style "1b" config, 1.1 billion parameters: one full fine-tuning step in
+fp32 with AdamW, batch 4 × 512 tokens; one LoRA step over the frozen bf16 base; ``generate()`` of 16 tokens).
+Then the wall time of ``max_batch`` under the recorded caps. Targets on the 2-core CI machine: one ResNet-50
+b32 prediction ≤ 5 s, one 1B causal-LM step ≤ 5 s, ``max_batch`` ≤ 60 s.
 
 ``--memtracker`` compares with PyTorch's MemTracker (``torch.distributed._tools.mem_tracker``) on its own
 measure, peak *active* bytes, against the recorded H200 runs. MemTracker needs fake CUDA tensors, which a
@@ -39,6 +42,23 @@ CASES = [
     ("gpt b8 bf16 ckpt", programs.gpt_training, {"batch": 8, "checkpoint": True}),
     ("resnet50 inference b64", programs.resnet_inference, {"batch": 64}),
 ]
+
+def hf_cases() -> list[tuple[str, object, dict]]:
+    """The 1B-parameter causal-LM cases, or none where transformers or peft is not installed."""
+    try:
+        import peft  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError:
+        return []
+    from evaluation.programs import hf
+
+    return [
+        ("llama 1b full step b4", hf.llama_finetune, {"batch": 4, "size": "1b", "steps": 1}),
+        ("llama 1b lora step b4", hf.lora_finetune, {"batch": 4, "size": "1b", "steps": 1}),
+        ("llama 1b generate 16", hf.llama_generate, {"batch": 8, "new_tokens": 16}),
+    ]
+
+
 SEARCHES = [
     ("resnet50 cap 6 GiB", lambda b: programs.resnet_training(batch=b, depth=50), "6 GiB"),
     ("gpt bf16 cap 8 GiB", lambda b: programs.gpt_training(batch=b), "8 GiB"),
@@ -113,13 +133,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-max-batch", action="store_true")
     parser.add_argument("--memtracker", action="store_true", help="only the comparison with MemTracker")
+    parser.add_argument("--no-hf", action="store_true", help="leave out the 1B causal-LM cases")
     args = parser.parse_args()
     if args.memtracker:
         compare_memtracker()
         return
     memviz.predict(programs.mlp_training, batch=8, steps=1)  # warm-up: imports, first-call costs
     print(f"{'program':26s} {'predict s':>10s} {'replay s':>9s} {'trace s':>8s} {'events':>7s}  peak reserved")
-    for name, fn, kwargs in CASES:
+    for name, fn, kwargs in CASES + ([] if args.no_hf else hf_cases()):
         times, p = [], None
         for _ in range(args.repeats):
             start = time.perf_counter()

@@ -82,21 +82,25 @@ def choose_sdpa_backend(arch: GpuArch, q: torch.Tensor, k: torch.Tensor, v: torc
     in torch's default priority order (flash, memory-efficient, math), honouring
     ``torch.backends.cuda.enable_*_sdp``. Constraints (``sdp_utils.cpp``): flash needs sm80+, fp16/bf16,
     no attention mask, head dim ≤ 256, 4-D inputs; memory-efficient needs sm50+, fp32/fp16 (bf16 on sm80+),
-    head dim a multiple of 8 for fp16/bf16 (4 for fp32); both take grouped-query attention (``enable_gqa``: fewer
-    key/value heads, dividing the query's: ``check_batch_size_and_num_heads_dense<supports_gqa=true>``), else
-    every input has the same number of heads."""
+    head dim a multiple of 8 for fp16/bf16 (4 for fp32). Flash takes grouped-query attention (``enable_gqa``:
+    fewer key/value heads, dividing the query's: ``check_batch_size_and_num_heads_dense<supports_gqa=true>``);
+    memory-efficient attention needs every input to have the same number of heads (its backward has no
+    reduction of dK / dV over the query's groups; on the H200, torch 2.11, an fp32 LLaMA-style step with 16
+    query and 4 key/value heads allocates exactly what the math path's expanded keys and values make:
+    evaluation/recordings/hf/runs/hf-llama400m-b4-s512), so grouped-query attention outside flash runs the
+    math path."""
     b = torch.backends.cuda
     head = q.size(-1)
     same_dims = q.size(-1) == k.size(-1) == v.size(-1)
     four_d = q.dim() == k.dim() == v.dim() == 4
-    heads_ok = four_d and (q.size(-3) == k.size(-3) == v.size(-3) or (
-        enable_gqa and k.size(-3) == v.size(-3) and q.size(-3) % k.size(-3) == 0))
+    same_heads = four_d and q.size(-3) == k.size(-3) == v.size(-3)
+    grouped_heads = four_d and enable_gqa and k.size(-3) == v.size(-3) and q.size(-3) % k.size(-3) == 0
     if (b.flash_sdp_enabled() and arch.supports_flash_attention and q.dtype in (torch.float16, torch.bfloat16)
-            and mask is None and head <= 256 and same_dims and heads_ok):
+            and mask is None and head <= 256 and same_dims and (same_heads or grouped_heads)):
         return "flash"
     align = 4 if q.dtype is torch.float32 else 8
     dtype_ok = q.dtype in (torch.float32, torch.float16) or (q.dtype is torch.bfloat16 and arch.supports_bf16)
-    if b.mem_efficient_sdp_enabled() and dtype_ok and head % align == 0 and heads_ok:
+    if b.mem_efficient_sdp_enabled() and dtype_ok and head % align == 0 and same_heads:
         return "efficient"
     return "math"
 
