@@ -6,9 +6,9 @@ For each program of memviz/examples.py at the size the issue names (ResNet-50 ba
 and the others at their recorded sizes), on the H200 preset: the median wall time of ``--repeats``
 predictions (default 3, after one warm-up), the events it made, and the replay alone (the same events
 through a fresh ``memviz.sim.CachingAllocator``: what the simulator costs inside the prediction; the
-rest is tracing). Then, where transformers is installed, the programs of the field at a 1B-parameter size
-(evaluation/programs/hf.py's LLaMA-style "1b" config, 1.1 billion parameters: one full fine-tuning step in
-fp32 with AdamW, batch 4 × 512 tokens; one LoRA step over the frozen bf16 base; ``generate()`` of 16 tokens).
+rest is tracing). Then, where transformers and peft are installed, a 1.1B-parameter causal LM (TinyLlama's
+widths): one full fine-tuning step in fp32 with AdamW, batch 4 × 512 tokens; one LoRA step over the frozen
+bf16 base; ``generate()`` of 16 tokens for 8 prompts.
 Then the wall time of ``max_batch`` under the recorded caps. Targets on the 2-core CI machine: one ResNet-50
 b32 prediction ≤ 5 s, one 1B causal-LM step ≤ 5 s, ``max_batch`` ≤ 60 s.
 
@@ -29,6 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import torch
+
 import memviz
 from memviz import examples as programs
 from memviz.sim import CachingAllocator
@@ -43,19 +45,55 @@ CASES = [
     ("resnet50 inference b64", programs.resnet_inference, {"batch": 64}),
 ]
 
+TINYLLAMA = {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22, "num_attention_heads": 32,
+             "num_key_value_heads": 4, "vocab_size": 32000}
+"""TinyLlama-1.1B's widths (1,100,048,384 parameters): the 1B-parameter causal LM of the issue's target."""
+
+
+def causal_lm_1b(batch: int, seq: int = 512, lora: bool = False, steps: int = 1) -> None:
+    """One training step of a 1.1B LLaMA-style causal LM as a user writes it: built from its config (random
+    weights, on the host, moved with ``.cuda()``), fp32 with AdamW, or LoRA (rank 16 on q/v) over a bf16 base."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    config = LlamaConfig(**TINYLLAMA)
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).cuda()
+        model = get_peft_model(model, LoraConfig(r=16, target_modules=["q_proj", "v_proj"]))
+    else:
+        model = AutoModelForCausalLM.from_config(config).cuda()
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    for _ in range(steps):
+        input_ids = torch.randint(0, config.vocab_size, (batch, seq), device="cuda")
+        model(input_ids=input_ids, labels=input_ids).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+
+def causal_lm_1b_generate(batch: int, new_tokens: int = 16) -> None:
+    """Greedy ``generate()`` of ``new_tokens`` tokens from the 1.1B model in bf16, built on the GPU, 128-token
+    prompts."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    config = LlamaConfig(**TINYLLAMA, pad_token_id=0)
+    with torch.device("cuda"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+    prompts = torch.randint(1, config.vocab_size, (batch, 128), device="cuda")
+    model.generate(prompts, max_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+
+
 def hf_cases() -> list[tuple[str, object, dict]]:
-    """The 1B-parameter causal-LM cases, or none where transformers or peft is not installed."""
+    """The 1.1B causal-LM cases, or none where transformers or peft is not installed."""
     try:
         import peft  # noqa: F401
         import transformers  # noqa: F401
     except ImportError:
         return []
-    from evaluation.programs import hf
-
     return [
-        ("llama 1b full step b4", hf.llama_finetune, {"batch": 4, "size": "1b", "steps": 1}),
-        ("llama 1b lora step b4", hf.lora_finetune, {"batch": 4, "size": "1b", "steps": 1}),
-        ("llama 1b generate 16", hf.llama_generate, {"batch": 8, "new_tokens": 16}),
+        ("llama 1.1b full step b4", causal_lm_1b, {"batch": 4}),
+        ("llama 1.1b lora step b4", causal_lm_1b, {"batch": 4, "lora": True}),
+        ("llama 1.1b generate 16", causal_lm_1b_generate, {"batch": 8}),
     ]
 
 
