@@ -154,7 +154,7 @@ DDP_KEYS = ("bucket_sizes", "rebuilt_bucket_sizes", "rebuilt_per_bucket_param_in
             "total_parameter_size_bytes", "dtypes", "find_unused_parameters", "num_buckets_reduced")
 
 
-def _record_fit() -> ModuleType:
+def _record_runs() -> ModuleType:
     """evaluation/record_runs.py (its helpers: one format for every recording; its plan is not run)."""
     from evaluation import record_runs
 
@@ -423,7 +423,7 @@ def _versions() -> dict:
 
 
 def _trace(snapshot: dict, program_file: str, frame_text) -> tuple[list, list, list]:
-    """record_fit.py's events and frames, and each event's stream."""
+    """record_runs.py's events and frames, and each event's stream."""
     frames: dict[str, int] = {}
     events, streams = [], []
     for e in snapshot["device_traces"][0] if snapshot["device_traces"] else []:
@@ -500,7 +500,7 @@ def run_one(spec: dict) -> dict:
     if cuda:
         snapshot = torch.cuda.memory._snapshot()
         torch.cuda.memory._record_memory_history(None)
-        frames, events, streams = _trace(snapshot, module.__file__, _record_fit()._frame_text)
+        frames, events, streams = _trace(snapshot, module.__file__, _record_runs()._frame_text)
         stats = torch.cuda.memory_stats()
         record.update(peaks={"allocated_bytes": stats["allocated_bytes.all.peak"],
                              "reserved_bytes": stats["reserved_bytes.all.peak"],

@@ -33,7 +33,7 @@ innermost frame in the program's module file. The program's stdout/stderr go to 
 
 Chains search the largest batch that fits under a cap: the start batch, doubled while it fits (halved while
 it does not), then bisection, one fresh process per try (each try is also a run, ``<chain id>-b<batch>``);
-results in ``DIR/chains.json`` as record_fit's: ``[{"id", "module", "program", "kwargs", "alloc_conf",
+results in ``DIR/chains.json`` as record_runs's: ``[{"id", "module", "program", "kwargs", "alloc_conf",
 "cap_bytes", "start_batch", "max_batch" (absent unless found: fits at max_batch, not at max_batch + 1),
 "incomplete" (when a try failed or the deadline came), "tries": {"batch": fits}}]``. Chain tries go before
 the plain runs in the queue, since each chain's tries are sequential.
@@ -75,7 +75,7 @@ MAX_CHAIN_BATCH = 1 << 14
 """A chain stops doubling there and reports ``max_batch_at_least`` (a bound on a search's length)."""
 
 
-def _record_fit() -> ModuleType:
+def _record_runs() -> ModuleType:
     """evaluation/record_runs.py (its helpers: one format for every recording; its plan is not run)."""
     from evaluation import record_runs
 
@@ -168,7 +168,7 @@ def versions() -> dict:
 def trace_events(snapshot: dict, program_file: str) -> tuple[list[str], list[list]]:
     """``(frames, events)`` from a memory snapshot's device trace: each event as ``[action, addr, size,
     innermost frame index, innermost program-file frame index]`` (-1 where there is none)."""
-    frame_text = _record_fit()._frame_text
+    frame_text = _record_runs()._frame_text
     frames: dict[str, int] = {}
     events = []
     for e in snapshot["device_traces"][0]:
