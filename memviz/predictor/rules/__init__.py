@@ -8,6 +8,7 @@ GPU does beyond that is knowledge, and it all lives here, as :class:`Rule` recor
 - :mod:`.attention` — which SDPA kernel runs on the target, and the workspaces of their backward passes;
 - :mod:`.reductions` — the global-memory scratch of torch's reduction kernel;
 - :mod:`.layer_norm` — the contiguous copies layer norm's kernels take;
+- :mod:`.dropout` — the order in which dropout's fused kernel allocates its mask and output;
 - :mod:`.kernels` — ops whose CUDA kernel is not their composite decomposition;
 - :mod:`.autograd` — the engine's in-place gradient joins;
 - :mod:`.unmodelled` — torch functions whose CUDA memory is not modelled (a note when a program calls them).
@@ -117,9 +118,9 @@ class Rule:
 
 def all_rules() -> tuple[Rule, ...]:
     """Every rule, from every family module."""
-    from . import attention, autograd, cublas, cudnn_conv, kernels, layer_norm, reductions, unmodelled
+    from . import attention, autograd, cublas, cudnn_conv, dropout, kernels, layer_norm, reductions, unmodelled
 
-    families = (cublas, cudnn_conv, attention, reductions, layer_norm, kernels, autograd, unmodelled)
+    families = (cublas, cudnn_conv, attention, reductions, layer_norm, dropout, kernels, autograd, unmodelled)
     return tuple(rule for family in families for rule in family.RULES)
 
 
