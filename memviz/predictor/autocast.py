@@ -22,6 +22,7 @@ as CUDA does (``is_fused_kernel_acceptable``).
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -90,6 +91,20 @@ def caches_under_inference_mode() -> bool:
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16), _CountCasts() as count:
         torch.mm(weight, weight)
     return count.casts == 1
+
+
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+"""Tensors that are no subclass (``at::areAnyTensorSubclassLike`` is False for them on the GPU)."""
+
+
+def _additive_mask(attn_mask: Any, dtype: torch.dtype) -> Any:
+    """``convert_boolean_attn_mask`` (attention.cpp), before the memory-efficient and math kernels: a bool mask
+    becomes ``where(mask, 0.0, scalar_tensor(-inf, dtype))``, a mask-shaped tensor of the query's dtype that the
+    fused kernel keeps for its backward (the H200, hfho-mistral290m-b2-s2048-nosw-bf16: two 2 B scalars and a
+    16,777,216 B (2, 1, 2048, 2048) bf16 mask per layer, alive until backward); a float mask passes through."""
+    if attn_mask is None or attn_mask.dtype is not torch.bool:
+        return attn_mask
+    return torch.where(attn_mask, 0.0, torch.scalar_tensor(float("-inf"), dtype=dtype, device=attn_mask.device))
 
 
 class CudaEmulation:
@@ -251,10 +266,43 @@ class CudaEmulation:
                 self.on_host_outputs(out[6], out[7])
                 return out[0][..., :head] if head % 8 else out[0]
             if backend == "efficient":
+                attn_mask = _additive_mask(attn_mask, query.dtype)
                 need_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
                 out = torch.ops.aten._scaled_dot_product_efficient_attention(
                     query, key, value, attn_mask, need_grad, dropout_p, is_causal, scale=scale)
                 self.on_host_outputs(out[2], out[3])
                 return out[0]
-            return torch.ops.aten._scaled_dot_product_attention_math(
-                query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa)[0]
+            return self._math_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+    def _math_attention(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Any,
+                        dropout_p: float, is_causal: bool, scale: float | None, enable_gqa: bool) -> torch.Tensor:
+        """SDPA's math backend as CUDA runs it (attention.cpp: ``scaled_dot_product_attention``'s math case, then
+        ``_scaled_dot_product_attention_math``), op by op. fp16/bf16 inputs are computed in fp32 (unless
+        ``allow_fp16_bf16_reduction_math_sdp``); the mask is added to the scores in place — aten's composite adds it
+        out of place whenever a dispatch mode is active (``areAnyTensorSubclassLike``), one (B, H, L, S) temporary
+        the GPU never allocates; the weights (the second output, in the input's dtype) are made before the output
+        (GCC evaluates ``make_tuple``'s arguments right to left) and dropped."""
+        attn_mask = _additive_mask(attn_mask, query.dtype)
+        origin = query.dtype
+        upcast = origin in (torch.float16, torch.bfloat16) and \
+            not torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
+        query_acc, key_acc, value_acc = (t.to(torch.float32) if upcast else t for t in (query, key, value))
+        factor = math.sqrt(abs(scale) if scale is not None else 1.0 / math.sqrt(query.size(-1)))
+        q = query_acc * (-factor if scale is not None and scale < 0 else factor)
+        if is_causal:
+            attn_mask = _additive_mask(
+                torch.ones(q.size(-2), key_acc.size(-2), dtype=torch.bool, device=q.device).tril(), q.dtype)
+        if enable_gqa and key_acc.dim() >= 3 and q.size(-3) != key_acc.size(-3):
+            key_acc = key_acc.repeat_interleave(q.size(-3) // key_acc.size(-3), -3)
+            value_acc = value_acc.repeat_interleave(q.size(-3) // value_acc.size(-3), -3)
+        attn = torch.matmul(q, key_acc.transpose(-2, -1) * factor)
+        if attn_mask is not None:
+            if type(attn) in _PLAIN_TENSORS and type(attn_mask) in _PLAIN_TENSORS:
+                attn.add_(attn_mask)
+            else:
+                attn = attn.add(attn_mask)
+        attn = torch.ops.aten._safe_softmax(attn, -1)
+        if dropout_p > 0.0:
+            attn = self._dropout(attn, dropout_p, True)
+        _weights = attn.to(origin)  # freed on return, after the fp32 copies, as the C++ locals then the tuple
+        return torch.matmul(attn, value_acc).to(origin)

@@ -247,6 +247,14 @@ def _pass_through(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
     return args[0]
 
 
+def _parse_to(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
+    """``Module.to``'s parse of its arguments (``torch._C._nn._parse_to``) keeps ``device="cuda"`` as it is: each
+    tensor's ``.to`` then gets the CUDA device (:func:`_tensor_to`). Redirected as a factory's ``device=`` it would
+    hand every parameter ``.to(meta)``, a host copy, and ``model.to(device="cuda", dtype=...)`` would put no
+    parameter on the device."""
+    return func(*args, **kwargs)
+
+
 def _host_values(s: Session, func: Any, args: tuple, kwargs: dict) -> Any:
     """``tolist()`` / ``numpy()`` of a device tensor: of its values (known ones, or zeros)."""
     t = args[0]
@@ -292,4 +300,5 @@ _SPECIAL: dict[Any, Callable[[Session, Any, tuple, dict], Any]] = {
     torch.Tensor.get_device: _tensor_get_device,
     torch.Tensor.numpy: _host_values,
     torch.Tensor.tolist: _host_values,
+    torch._C._nn._parse_to: _parse_to,
 }

@@ -76,6 +76,23 @@ def _efficient_backward(memory: DeviceMemory, func: Any, args: tuple, kwargs: di
     memory.free(workspace, name)
 
 
+def _safe_softmax(memory: DeviceMemory, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+    """``_safe_softmax`` (attention.cpp), the math backend's softmax: after ``at::softmax``'s output,
+    ``self.isneginf()`` (a bool per element), ``all(masked, dim, keepdim)`` (a bool per row) and a 0-dim ``zero`` of
+    the output's dtype, then ``at::where_out(out, masked_rows, zero, out)`` into the softmax's own storage; the three
+    are freed on return. On the H200 (hfho-gen-t5v11-b16-dynamic, B 16, H 12, L 512, fp32 scores): 50,331,648 B,
+    98,304 B and 4 B after the 201,326,592 B softmax, freed 4 B first."""
+    self, dim = args[0], args[1] if len(args) > 1 else kwargs.get("dim", -1)
+    if not isinstance(self, torch.Tensor) or self.numel() == 0:
+        return
+    name = func.__name__
+    masked = memory.malloc(self.numel(), name, "temporaries")
+    masked_rows = memory.malloc(self.numel() // self.size(dim), name, "temporaries")
+    zero = memory.malloc(out.element_size(), name, "temporaries")
+    for allocation in (zero, masked_rows, masked):
+        memory.free(allocation, name)
+
+
 def choose_sdpa_backend(arch: GpuArch, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any,
                         dropout_p: float, enable_gqa: bool) -> str:
     """``"flash"``, ``"efficient"`` or ``"math"``: the first backend whose constraints the inputs meet,
@@ -88,19 +105,28 @@ def choose_sdpa_backend(arch: GpuArch, q: torch.Tensor, k: torch.Tensor, v: torc
     reduction of dK / dV over the query's groups; on the H200, torch 2.11, an fp32 LLaMA-style step with 16
     query and 4 key/value heads allocates exactly what the math path's expanded keys and values make:
     evaluation/recordings/hf/runs/hf-llama400m-b4-s512), so grouped-query attention outside flash runs the
-    math path."""
+    math path. Every fused kernel wants the last dimension of q, k and v at stride 1 (flash and cuDNN pass a head
+    dim of 1 whatever its stride) and, on a GPU, of the attention mask too (``check_last_dim_stride_equals_1_dense``,
+    sdp_utils_cpp.h: "GPU backends require attn_mask's last dimension to have stride 1 while the CPU does not"):
+    T5's relative position bias, ``permute([2, 0, 1])`` of an embedding, has stride num_heads there, so its
+    attention runs the math fallback (hfho-gen-t5v11-b16-dynamic on the H200: the (B, H, L, L) fp32 scores of
+    ``_scaled_dot_product_attention_math``)."""
     b = torch.backends.cuda
     head = q.size(-1)
+    if mask is not None and mask.stride(-1) != 1:
+        return "math"
+    qkv_last_stride_1 = q.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1
     same_dims = q.size(-1) == k.size(-1) == v.size(-1)
     four_d = q.dim() == k.dim() == v.dim() == 4
     same_heads = four_d and q.size(-3) == k.size(-3) == v.size(-3)
     grouped_heads = four_d and enable_gqa and k.size(-3) == v.size(-3) and q.size(-3) % k.size(-3) == 0
     if (b.flash_sdp_enabled() and arch.supports_flash_attention and q.dtype in (torch.float16, torch.bfloat16)
-            and mask is None and head <= 256 and same_dims and (same_heads or grouped_heads)):
+            and mask is None and head <= 256 and same_dims and (same_heads or grouped_heads)
+            and (qkv_last_stride_1 or head == 1)):
         return "flash"
     align = 4 if q.dtype is torch.float32 else 8
     dtype_ok = q.dtype in (torch.float32, torch.float16) or (q.dtype is torch.bfloat16 and arch.supports_bf16)
-    if b.mem_efficient_sdp_enabled() and dtype_ok and head % align == 0 and same_heads:
+    if b.mem_efficient_sdp_enabled() and dtype_ok and head % align == 0 and same_heads and qkv_last_stride_1:
         return "efficient"
     return "math"
 
@@ -116,6 +142,11 @@ RULES = (
          (Measurement("sm90", "H200", "torch 2.11.0+cu130, cuDNN 9.19", "evaluation/recordings/hf/runs/"
                       "hf-lora-llama1b-bf16-b8-s512 (grouped-query attention: cuDNN's one backward workspace)"),),
          doc=_flash_backward.__doc__ or ""),
+    Rule("safe softmax's masks", "attention", "allocates", (aten._safe_softmax.default,), _safe_softmax, "source",
+         "aten/src/ATen/native/transformers/attention.cpp (_safe_softmax)",
+         (Measurement("sm90", "H200", "torch 2.11.0+cu130", "evaluation/recordings/hf_heldout/runs/"
+                      "hfho-gen-t5v11-b16-dynamic (the math backend under T5's position bias)"),),
+         doc=_safe_softmax.__doc__ or ""),
     Rule("memory-efficient attention backward workspaces", "attention", "allocates",
          (aten._scaled_dot_product_efficient_attention_backward.default,), _efficient_backward, "source",
          "aten/src/ATen/native/transformers/cuda/attention_backward.cu (_efficient_attention_backward)",
