@@ -119,6 +119,30 @@ def test_a_known_stop_still_stops_when_it_meets_unknown_values() -> None:
     assert steps == [4, 5, 6, 7, 8] and len(_zero_read_notes(p)) == 1
 
 
+def test_a_decision_on_computed_numbers_keeps_a_beam_search_going_to_its_limit() -> None:
+    """Beam search's stop test (transformers' ``_check_early_stop_heuristic``): ``unsatisfied & any(running_scores >
+    worst_finished)``, the first flag known, the comparison on scores the prediction does not compute. That
+    boolean is a decision on a model's numbers: where it meets the known flag it is taken as True, so the loop
+    runs to its length limit (with zeros it stopped after one step, the cache a third of the GPU's), and the
+    prediction says so apart from the zero reads."""
+    steps = []
+
+    def prog() -> None:
+        head = torch.nn.Linear(32, 8).cuda()
+        unsatisfied = torch.ones(2, 1, dtype=torch.bool, device="cuda")
+        worst_finished = torch.full((2, 1), -1e9, device="cuda")
+        for step in range(6):
+            running_scores = head(torch.randn(2, 32, device="cuda")).log_softmax(-1)
+            unsatisfied = unsatisfied & torch.any(running_scores > worst_finished, dim=-1, keepdim=True)
+            steps.append(step)
+            if not torch.any(unsatisfied):
+                break
+
+    p = memviz.predict(prog, device="H200")
+    assert steps == [0, 1, 2, 3, 4, 5]
+    assert len([n for n in p.notes if "decisions on numbers the model computes were taken as true" in n]) == 1
+
+
 def test_an_assertion_on_unknown_values_holds() -> None:
     """A distribution validates its arguments (``torch._is_all_true``): on values the prediction does not compute
     the check holds, as in a healthy run; on known values it is the real check."""

@@ -25,6 +25,11 @@ The rule (one policy, no per-library table):
   stays known: ``generate()``'s length limit stops it even though its end-of-sequence check reads unknown tokens. So a
   logged loss is 0.0, ``GradScaler`` sees no overflow (a healthy step), greedy ``generate()`` runs to
   ``max_new_tokens`` unless 0 is an end token, a mask of unknown values selects nothing.
+- **A decision on computed numbers holds.** A boolean computed from numbers a model computes (a comparison of
+  scores, and what ``any`` / ``all`` / ``&`` / ``~`` make of such booleans alone) is a *decision*; where it meets
+  known values it is taken as True, not zero: the loop it would end keeps going, to the limit the program sets
+  (beam search's "can the open beams still improve?" test: it runs to ``max_new_tokens``, the longest and most
+  memory-hungry run, as greedy decoding does under the zeros above). Noted apart.
 - **An assertion holds.** ``torch._is_all_true`` of unknown values (what torch's own checks use:
   ``torch._check_tensor_all``, a distribution's ``validate_args``) is True, as in a healthy run.
 """
@@ -76,6 +81,9 @@ class Values:
         self._unknown_host: dict[int, weakref.ref] = {}  # host storages whose values were never really written
         self.zero_reads = 0
         self._first_zero_read = ""
+        self._decisions: dict[int, weakref.ref] = {}  # storages of booleans computed from a model's numbers
+        self.decisions_taken = 0
+        self._first_decision = ""
 
     # ---- host tensors
 
@@ -147,19 +155,23 @@ class Values:
         tensors = _tensors(args, kwargs)
         read_bytes = 0
         known_meta = False
-        zeros: list[torch.Tensor] = []  # unknown inputs taken as zeros where they meet known ones
+        zeros: list[torch.Tensor] = []  # unknown inputs taken as zeros (decisions: as True) where they meet known ones
         for t in tensors:
             if self._known(t):
                 known_meta = known_meta or t.is_meta
             elif not t.is_meta:
                 return self._unknown(written)  # a host tensor of unknown values (a skipped initialisation)
             elif t.is_floating_point() or t.is_complex() or t.requires_grad:
-                return self._unknown(written)  # numbers a model computes (weights, activations, gradients, state)
+                self._decide(out)  # numbers a model computes (weights, activations, gradients, state)
+                return self._unknown(written)
             elif not (kind[1] == "overwrite" and any(w is t for w in written)):  # fill_ / copy_ read nothing
                 zeros.append(t)
             read_bytes += t.numel() * t.element_size()
-        if (zeros and not known_meta) or read_bytes > COMPUTE_BYTES \
-                or any(t.untyped_storage().nbytes() > SHADOW_BYTES for t in zeros):
+        if zeros and not known_meta:
+            if all(self._is_decision(t) for t in zeros):
+                self._decide(out)
+            return self._unknown(written)
+        if read_bytes > COMPUTE_BYTES or any(t.untyped_storage().nbytes() > SHADOW_BYTES for t in zeros):
             return self._unknown(written)
         inputs_storages = {id(t.untyped_storage()) for t in tensors if t.is_meta}
         outputs = out if isinstance(out, (tuple, list)) else (out,)
@@ -167,7 +179,10 @@ class Values:
                  and id(o.untyped_storage()) not in inputs_storages]
         if any(o.untyped_storage().nbytes() > SHADOW_BYTES for o in fresh):
             return self._unknown(written)
-        if zeros:
+        decisions = [t for t in zeros if self._is_decision(t)]
+        if decisions:
+            self._took_decision(func.__name__)
+        if len(decisions) < len(zeros):
             self._took_zeros(func.__name__)
         shadows: dict[int, torch.Tensor] = {}
         for t in tensors:
@@ -175,6 +190,8 @@ class Values:
                 shadow = self.of(t) if self._known(t) else self._new_shadow(t)  # an overwritten one: zeros first
                 if shadow is None:
                     return self._unknown(written)
+                if any(d is t for d in decisions):
+                    shadow.fill_(True)
                 shadows[id(t)] = shadow
         try:
             result = func(*_host(args, shadows), **{k: _host_one(v, shadows) for k, v in kwargs.items()})
@@ -190,6 +207,24 @@ class Values:
         for w in written:
             if w.is_meta:
                 self.drop(w)
+
+    def _decide(self, out: Any) -> None:
+        """The boolean outputs of an op on a model's numbers are decisions (see the module's policy)."""
+        for o in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(o, torch.Tensor) and o.is_meta and o.dtype is torch.bool:
+                st = o.untyped_storage()
+                key = id(st)
+                self._decisions[key] = weakref.ref(st, lambda ref, key=key: self._decisions.pop(key, None))
+
+    def _is_decision(self, t: torch.Tensor) -> bool:
+        st = t.untyped_storage()
+        entry = self._decisions.get(id(st))
+        return entry is not None and entry() is st
+
+    def _took_decision(self, what: str) -> None:
+        self.decisions_taken += 1
+        if not self._first_decision:
+            self._first_decision = f"{what} at {self._user_line() or 'torch'}"
 
     def _took_zeros(self, what: str) -> None:
         self.zero_reads += 1
@@ -214,11 +249,16 @@ class Values:
 
     def notes(self) -> list[str]:
         """What the notes say of the reads of unknown values."""
-        if not self.zero_reads:
-            return []
-        return [f"values the prediction does not compute were read as zeros ({self.zero_reads} reads, the first "
-                f"{self._first_zero_read}): a logged loss shows 0, a mask of unknown values selects nothing, "
-                "generation runs to its length limit"]
+        notes = []
+        if self.zero_reads:
+            notes.append(f"values the prediction does not compute were read as zeros ({self.zero_reads} reads, the "
+                         f"first {self._first_zero_read}): a logged loss shows 0, a mask of unknown values selects "
+                         "nothing, greedy generation runs to its length limit")
+        if self.decisions_taken:
+            notes.append(f"decisions on numbers the model computes were taken as true ({self.decisions_taken} times, "
+                         f"the first {self._first_decision}): a loop they end keeps going to the program's own "
+                         "limit (beam search to max_new_tokens), the longest run")
+        return notes
 
 
 def _host_one(a: Any, shadows: dict[int, torch.Tensor]) -> Any:
