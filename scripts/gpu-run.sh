@@ -18,9 +18,9 @@
 #   bash scripts/gpu-run.sh check lessons record
 #   bash scripts/gpu-run.sh watch 'field&' cuda predict nbval wait   # NAME& runs in the background until "wait"
 #
-# RECORD_RUNS_ARGS / RECORD_STREAMS_ARGS / RECORD_LESSONS_ARGS add to the recorders' arguments, NBVAL_PATHS (default
-# notebooks/) names what nbval runs; BUDGET_S (default 570) is the whole run's wall-clock budget: each phase gets
-# what is left, so the pack is always written.
+# RECORD_RUNS_ARGS / RECORD_STREAMS_ARGS / RECORD_LESSONS_ARGS add to the recorders' arguments (WATCH_ARGS to the
+# watch check's), NBVAL_PATHS (default notebooks/) names what nbval runs; BUDGET_S (default 570) is the whole run's
+# wall-clock budget: each phase gets what is left, so the pack is always written.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-run-out}; mkdir -p "$out/logs"
@@ -92,7 +92,7 @@ for name in sys.argv[2:]:
       ;;
     record-runs) mkdir -p "$out/runs"; phase record-runs python3 evaluation/record_runs.py --out "$out/runs" ${RECORD_RUNS_ARGS:-} ;;
     ranks) phase ranks python3 scripts/gpu_ranks_check.py --out "$out/ranks" ;;
-    watch) phase watch python3 scripts/gpu_watch_check.py --out "$out/watch" ;;
+    watch) phase watch python3 scripts/gpu_watch_check.py --out "$out/watch" ${WATCH_ARGS:-} ;;  # e.g. WATCH_ARGS="--parts overhead --budget-s 150"
     field)  # three recorders side by side, each set's deadline within the budget; every run is its own process.
       # HF_ONLY / HFHO_ONLY: files of run and chain ids to record (default: the whole plan); FIELD_DIST=0 skips the
       # distributed sets; RECORD_SINGLE_ARGS replaces the single-snapshot recorder's arguments (FIELD_ZOO=0: no zoo)

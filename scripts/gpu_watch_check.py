@@ -19,9 +19,11 @@ so, when they do not.
   tensors there have stacks into this file (the activations; parameters and optimizer state were made before
   the recording, gradients on autograd's device thread, which has no Python stack); the samples came every
   ~0.1 s while the loop ran.
-- ``overhead``: ms per step, ABBA blocks, plain / watched (history off) / watched with history, on the
-  GPU-bound step and on a launch-bound one (d=256, 64 rows: the CPU is the bottleneck, where a sampler thread
-  can show); medians and overheads; the sampler's CPU per tick; what one read of the allocator costs (the
+- ``overhead``: ms per step, ABBA blocks of about a second, plain / watched (history off) / watched with
+  history, on the GPU-bound step and on a launch-bound one (d=256, 64 rows: the CPU is the bottleneck, where a
+  sampler thread can show); each block timed once its watch runs; the overhead is the median of the rounds'
+  watched / plain ratios (and the ratio of medians beside it, and the plain blocks' spread); the sampler's CPU
+  per tick; what one read of the allocator costs (the
   watch's, the driver's through NVML, and ``torch.cuda.memory_stats()`` for comparison).
 - ``oom``: under a 4 GiB cap, ``total = total + loss`` inside a function until CUDA runs out of memory, inside
   ``with memviz.watch():``. The OOM ends the block and is kept (``w.oom``); the map opens at the ``oom`` event
@@ -206,7 +208,10 @@ def part_overhead(out: dict) -> None:
     import memviz
 
     conditions = {"plain": None, "watch": False, "watch+history": True}
-    for name, build, steps, rounds in (("gpu_bound", gpu_bound, 10, 6), ("launch_bound", launch_bound, 50, 8)):
+    # blocks of about a second (ten sampler ticks or more), timed once the watch runs: its start (a thread, the
+    # history's switch-on) is not a step's cost; the overhead is the median over rounds of each round's
+    # watched / plain ratio (ABBA order), which drift and the machine's noise between rounds do not bias
+    for name, build, steps, rounds in (("gpu_bound", gpu_bound, 40, 8), ("launch_bound", launch_bound, 400, 10)):
         model, optimizer, x = build()
 
         def step(model=model, optimizer=optimizer, x=x) -> None:
@@ -225,13 +230,17 @@ def part_overhead(out: dict) -> None:
                     times[cond].append(blocks_timed(step, steps))
                     continue
                 with memviz.watch(interval_s=0.1, history=history, show=False) as w:
+                    blocks_timed(step, 10)
                     times[cond].append(blocks_timed(step, steps))
                 cpu_per_tick.append(w.sampler_cpu_s / max(1, w._sampler.ticks))
         medians = {c: statistics.median(v) for c, v in times.items()}
+        ratios = {c: [t / p for t, p in zip(times[c], times["plain"], strict=True)] for c in conditions if c != "plain"}
         out[name] = {
             "ms_per_step": {c: [1e3 * v for v in vs] for c, vs in times.items()},
             "median_ms": {c: 1e3 * m for c, m in medians.items()},
-            "overhead": {c: medians[c] / medians["plain"] - 1 for c in conditions if c != "plain"},
+            "overhead": {c: statistics.median(r) - 1 for c, r in ratios.items()},
+            "overhead_of_medians": {c: medians[c] / medians["plain"] - 1 for c in conditions if c != "plain"},
+            "plain_spread": (max(times["plain"]) - min(times["plain"])) / medians["plain"],
             "sampler_cpu_per_tick_us": 1e6 * statistics.median(cpu_per_tick),
         }
         del model, optimizer, x
