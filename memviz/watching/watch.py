@@ -339,7 +339,10 @@ def watch(source: Any = None, *, interval_s: float = 0.1, history: bool = True, 
             another process), or of a snapshot pickle (``.pickle``/``.pkl``) that a job rewrites as it runs.
         interval_s: seconds between samples (default 0.1: ten a second; 0.01 to 60).
         history: on a GPU, record the allocator's memory history while watching (default True), so the map
-            opens at the peak or the OOM with the stacks of the live tensors.
+            opens at the peak or the OOM with the stacks of the live tensors. torch's recorder takes each
+            allocation's Python stack: on the H200 it cost a launch-bound 3.3 ms step 13.5% and a GPU-bound 27 ms
+            step 0.05% (scripts/gpu_watch_check.py); ``history=False`` leaves only the sampler's cost (+0.4% and
+            +0.07% there).
         max_entries: events of history kept, the oldest dropped first (default 100,000).
         reset_peak: reset the peak stats when the watch begins (default True), so the peaks are the block's
             own, exact (``torch.cuda.reset_peak_memory_stats``; on a lab, ``lab.reset_peak()``).
