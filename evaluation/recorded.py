@@ -32,7 +32,7 @@ CLIFF = 0.015
 its real peak reserved is within this fraction of the cap."""
 
 
-SETS = ("hf", "hf_heldout", "zoo")
+SETS = ("hf", "hf_heldout", "hf_heldout2", "zoo")
 """Recorded sets of :mod:`evaluation.record_programs` (``recordings/<set>/runs/<id>.json.gz``, ``chains.json``);
 the first recordings (``recordings/h200/``) are the set ``"h200"``."""
 

@@ -24,7 +24,7 @@ from .recorded import _pct, compare_max_batch, compare_run, load_set
 __all__ = ["blind_lines", "main"]
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-DEVELOPMENT = {"hf": True, "hf_heldout": False, "zoo": True}
+DEVELOPMENT = {"hf": True, "hf_heldout": False, "hf_heldout2": False, "zoo": True}
 """Whether a set is a development set (its misses may shape rules) or held out."""
 
 _RUN = re.compile(r"^(\S+): fits (\w+), allocated (\d+) B, reserved (\d+) B")
@@ -54,7 +54,7 @@ def _error(predicted: int, real: int) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("set", help="hf, hf_heldout or zoo")
+    parser.add_argument("set", help="hf, hf_heldout, hf_heldout2 or zoo")
     parser.add_argument("--only", nargs="*", default=None, help="ids containing any of these")
     parser.add_argument("--no-max-batch", action="store_true")
     args = parser.parse_args(argv)
