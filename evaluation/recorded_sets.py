@@ -58,7 +58,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", nargs="*", default=None, help="ids containing any of these")
     parser.add_argument("--no-max-batch", action="store_true")
     args = parser.parse_args(argv)
+    if args.set not in DEVELOPMENT:
+        parser.error(f"unknown set {args.set!r}: {', '.join(DEVELOPMENT)}")
     runs, chains = load_set(args.set)
+    if not runs and not chains:
+        print(f"no recordings of {args.set} yet (evaluation/recordings/{args.set}/runs/ is empty or missing): record "
+              "it on a GPU first (evaluation/README-hf.md)")
+        return
     blind = blind_lines(args.set)
 
     def wanted(i: str) -> bool:

@@ -18,7 +18,8 @@ H200_TOTAL_BYTES = 150_109_880_320  # the H200's total_memory, as tests/data/fit
 
 
 @pytest.mark.parametrize(("name", "prefix"), [("evaluation.programs.hf", "hf-"),
-                                              ("evaluation.programs.hf_heldout", "hfho-")])
+                                              ("evaluation.programs.hf_heldout", "hfho-"),
+                                              ("evaluation.programs.hf_heldout2", "hfho2-")])
 def test_plans_load_and_use_every_program(name, prefix):
     module = rp.load_plan(name)  # checks ids, programs, keyword arguments, caps
     entries = [*module.RUNS, *module.CHAINS]
@@ -32,8 +33,9 @@ def test_plans_load_and_use_every_program(name, prefix):
     assert any(r["alloc_conf"] == "expandable_segments:True" for r in module.RUNS)
 
 
-def test_held_out_set_shares_no_run_and_says_it_is_held_out():
-    dev, held = rp.load_plan("evaluation.programs.hf"), rp.load_plan("evaluation.programs.hf_heldout")
+@pytest.mark.parametrize("held_out", ["evaluation.programs.hf_heldout", "evaluation.programs.hf_heldout2"])
+def test_held_out_set_shares_no_run_and_says_it_is_held_out(held_out):
+    dev, held = rp.load_plan("evaluation.programs.hf"), rp.load_plan(held_out)
     assert not {e["id"] for e in [*dev.RUNS, *dev.CHAINS]} & {e["id"] for e in [*held.RUNS, *held.CHAINS]}
     assert "never use these programs" in held.__doc__
 
